@@ -1,0 +1,195 @@
+"""The gateway's one error tree.
+
+Every failure a caller can see is a :class:`GatewayError` with a stable ``code``. Foreign
+exceptions (httpx, trio timeouts, JSON errors) are mapped to it at the boundary where they
+occur, never further in.
+
+::
+
+    GatewayError
+    ├── RequestError                    the request's fault: no fallback, 4xx
+    │   ├── InvalidJSON                 400 invalid_json
+    │   ├── InvalidRequest              400 invalid_request (also upstream 400s)
+    │   ├── UnsupportedParameter        400 unsupported_parameter
+    │   ├── ContextLengthExceeded       400 context_length_exceeded
+    │   ├── CapabilityUnavailable       400 capability_unavailable
+    │   ├── BodyTooLarge                413 body_too_large
+    │   ├── ModelNotFound               404 model_not_found (unknown alias)
+    │   ├── RouteNotFound               404 not_found
+    │   └── MethodNotAllowed            405 method_not_allowed
+    ├── UpstreamError                   a provider failed: the next one may be tried, 5xx
+    │   ├── UpstreamUnreachable         502 upstream_unreachable
+    │   ├── UpstreamTimeout             504 upstream_timeout
+    │   ├── UpstreamAuthFailed          502 upstream_auth_failed
+    │   ├── UpstreamRateLimited         429 upstream_rate_limited
+    │   ├── UpstreamServerError         502 upstream_error
+    │   └── UpstreamProtocolError       502 upstream_protocol_error
+    ├── AllProvidersFailed              503 upstream_unavailable
+    ├── Overloaded                      503 overloaded
+    └── InternalError                   500 internal_error
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway reports to a caller."""
+
+    code: ClassVar[str] = "internal_error"
+    status: ClassVar[int] = 500
+    openai_type: ClassVar[str] = "server_error"
+    retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        provider: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.provider = provider
+        self.retry_after_s = retry_after_s
+
+    def to_body(self) -> dict[str, Any]:
+        """The OpenAI-shaped error body, as sent over HTTP or in-band."""
+        error: dict[str, Any] = {
+            "message": self.message,
+            "type": self.openai_type,
+            "code": self.code,
+            "param": self.param,
+        }
+        if self.provider is not None:
+            error["provider"] = self.provider
+        if self.retry_after_s is not None:
+            error["retry_after_s"] = self.retry_after_s
+        return {"error": error}
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        if self.retry_after_s is None:
+            return []
+        # Retry-After takes whole seconds; round up so a client never retries too early.
+        seconds = max(1, int(-(-self.retry_after_s // 1)))
+        return [(b"retry-after", str(seconds).encode())]
+
+
+class RequestError(GatewayError):
+    status = 400
+    openai_type = "invalid_request_error"
+
+
+class InvalidJSON(RequestError):
+    code = "invalid_json"
+
+
+class InvalidRequest(RequestError):
+    code = "invalid_request"
+
+
+class UnsupportedParameter(RequestError):
+    code = "unsupported_parameter"
+
+
+class ContextLengthExceeded(RequestError):
+    code = "context_length_exceeded"
+
+
+class CapabilityUnavailable(RequestError):
+    code = "capability_unavailable"
+
+
+class BodyTooLarge(RequestError):
+    code = "body_too_large"
+    status = 413
+
+
+class ModelNotFound(RequestError):
+    code = "model_not_found"
+    status = 404
+    openai_type = "not_found_error"
+
+
+class RouteNotFound(RequestError):
+    code = "not_found"
+    status = 404
+    openai_type = "not_found_error"
+
+
+class MethodNotAllowed(RequestError):
+    code = "method_not_allowed"
+    status = 405
+
+
+class UpstreamError(GatewayError):
+    """A provider failed in a way that another provider might not."""
+
+    status = 502
+    retryable = True
+
+
+class UpstreamUnreachable(UpstreamError):
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamError):
+    code = "upstream_timeout"
+    status = 504
+
+
+class UpstreamAuthFailed(UpstreamError):
+    code = "upstream_auth_failed"
+
+
+class UpstreamRateLimited(UpstreamError):
+    code = "upstream_rate_limited"
+    status = 429
+    openai_type = "rate_limit_error"
+
+
+class UpstreamServerError(UpstreamError):
+    code = "upstream_error"
+
+
+class UpstreamProtocolError(UpstreamError):
+    code = "upstream_protocol_error"
+
+
+class AllProvidersFailed(GatewayError):
+    """Every eligible provider was tried and none could answer."""
+
+    code = "upstream_unavailable"
+    status = 503
+    retryable = True
+
+    def __init__(self, failures: list[GatewayError]) -> None:
+        detail = "; ".join(f"{f.provider or '?'}: [{f.code}] {f.message}" for f in failures)
+        waits = [f.retry_after_s for f in failures if f.retry_after_s is not None]
+        super().__init__(
+            f"all {len(failures)} providers failed: {detail}",
+            retry_after_s=min(waits) if waits else None,
+        )
+        self.failures = failures
+
+    def to_body(self) -> dict[str, Any]:
+        body = super().to_body()
+        body["error"]["attempts"] = [
+            {"provider": f.provider, "code": f.code, "message": f.message} for f in self.failures
+        ]
+        return body
+
+
+class Overloaded(GatewayError):
+    """No provider had a free slot within its queue timeout."""
+
+    code = "overloaded"
+    status = 503
+    retryable = True
+
+
+class InternalError(GatewayError):
+    code = "internal_error"

@@ -1,0 +1,88 @@
+"""The gateway's internal event vocabulary.
+
+Providers turn their wire streams into these; fronts (OpenAI chunks, the SSE event stream, the
+WebSocket) encode them. Nothing here knows a provider or a front.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen(slots=True)
+class ResponseStarted:
+    provider: str
+
+
+@attrs.frozen(slots=True)
+class ReasoningDelta:
+    text: str
+
+
+@attrs.frozen(slots=True)
+class TextDelta:
+    text: str
+
+
+@attrs.frozen(slots=True)
+class ToolCallDelta:
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@attrs.frozen(slots=True)
+class ToolCallDone:
+    index: int
+    id: str
+    name: str
+    arguments: Any  # parsed JSON when arguments_valid, else the raw string
+    arguments_raw: str
+    arguments_valid: bool
+
+
+@attrs.frozen(slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int | None = None
+    cached_tokens: int | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@attrs.frozen(slots=True)
+class ResponseDone:
+    finish_reason: str
+
+
+@attrs.frozen(slots=True)
+class ResponseCancelled:
+    reason: str
+
+
+@attrs.frozen(slots=True)
+class ErrorEvent:
+    code: str
+    message: str
+    retryable: bool
+    retry_after_s: float | None = None
+    provider: str | None = None
+
+
+Event = (
+    ResponseStarted
+    | ReasoningDelta
+    | TextDelta
+    | ToolCallDelta
+    | ToolCallDone
+    | Usage
+    | ResponseDone
+    | ResponseCancelled
+    | ErrorEvent
+)

@@ -1,0 +1,160 @@
+"""The ``openai_compatible`` provider type (vLLM, and servers that speak its dialect).
+
+Pure parts: :func:`build_body` (client request → upstream body) and :class:`ChunkParser`
+(upstream chunk objects → gateway events). The I/O lives in ``providers/http.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from trio_gateway.config import Capability, ProviderConfig
+from trio_gateway.errors import UpstreamProtocolError
+from trio_gateway.events import (
+    Event,
+    ReasoningDelta,
+    ResponseDone,
+    ResponseStarted,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from trio_gateway.request import GATEWAY_FIELDS, ChatRequest
+from trio_gateway.toolcalls import ToolCallAssembler
+from trio_gateway.upstream_errors import classify_inband
+
+# Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
+IGNORED_FIELDS = frozenset({"store", "metadata", "user"})
+# Fields the gateway translates itself.
+TRANSLATED_FIELDS = frozenset({"reasoning_effort", "stream_options", "stream"}) | GATEWAY_FIELDS
+
+
+def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
+    """The body sent upstream. The upstream is always asked to stream, with usage."""
+    drop = IGNORED_FIELDS | TRANSLATED_FIELDS | frozenset(provider.strip_fields)
+    body = {k: v for k, v in request.body.items() if k not in drop}
+    body["model"] = provider.model
+    body["stream"] = True
+    # Without this vLLM reports no token counts at all on a stream; the front decides whether
+    # the client sees the usage chunk.
+    body["stream_options"] = {"include_usage": True}
+    if request.reasoning is not None and Capability.REASONING in provider.capabilities:
+        template_kwargs = body.get("chat_template_kwargs")
+        merged = dict(template_kwargs) if isinstance(template_kwargs, dict) else {}
+        merged["enable_thinking"] = request.reasoning
+        body["chat_template_kwargs"] = merged
+    return body
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def parse_usage(usage: dict[str, Any]) -> Usage:
+    completion_details = usage.get("completion_tokens_details") or {}
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        prompt_tokens=_int_or_none(usage.get("prompt_tokens")) or 0,
+        completion_tokens=_int_or_none(usage.get("completion_tokens")) or 0,
+        reasoning_tokens=_int_or_none(completion_details.get("reasoning_tokens")),
+        cached_tokens=_int_or_none(prompt_details.get("cached_tokens")),
+    )
+
+
+class ChunkParser:
+    """One upstream stream's ``chat.completion.chunk`` payloads → gateway events.
+
+    Feed each SSE ``data`` payload to :meth:`feed`; :meth:`close` at the end of the byte stream.
+    Raises :class:`GatewayError` for in-band upstream errors and malformed chunks.
+    """
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._started = False
+        self._finish_reason: str | None = None
+        self._done = False
+        self._tool_calls = ToolCallAssembler()
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def feed(self, data: bytes) -> list[Event]:
+        if data == b"[DONE]":
+            return self._finish()
+        if self._done:
+            raise UpstreamProtocolError(
+                f"{self._provider} sent data after [DONE]", provider=self._provider
+            )
+        try:
+            chunk = json.loads(data)
+        except ValueError as exc:
+            raise UpstreamProtocolError(
+                f"{self._provider} sent a chunk that is not JSON: {exc}", provider=self._provider
+            ) from None
+        if not isinstance(chunk, dict):
+            raise UpstreamProtocolError(
+                f"{self._provider} sent a chunk that is not an object", provider=self._provider
+            )
+        if "error" in chunk or chunk.get("object") == "error":
+            raise classify_inband(self._provider, chunk.get("error", chunk))
+        events: list[Event] = []
+        if not self._started:
+            self._started = True
+            events.append(ResponseStarted(provider=self._provider))
+        choices = chunk.get("choices")
+        if choices:
+            self._choice(choices[0], events)
+        usage = chunk.get("usage")
+        # With continuous usage stats every chunk carries usage; only the closing one
+        # (no choices) is the total.
+        if isinstance(usage, dict) and not choices:
+            events.append(parse_usage(usage))
+        return events
+
+    def _choice(self, choice: dict[str, Any], events: list[Event]) -> None:
+        delta = choice.get("delta") or {}
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if reasoning:
+            events.append(ReasoningDelta(text=reasoning))
+        content = delta.get("content")
+        if content:
+            events.append(TextDelta(text=content))
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            for fragment in tool_calls:
+                function = fragment.get("function") or {}
+                event = ToolCallDelta(
+                    index=fragment.get("index", 0),
+                    id=fragment.get("id"),
+                    name=function.get("name"),
+                    arguments=function.get("arguments") or "",
+                )
+                self._tool_calls.add(event)
+                events.append(event)
+        finish_reason = choice.get("finish_reason")
+        if finish_reason:
+            self._finish_reason = finish_reason
+            events.extend(self._tool_calls.finish())
+
+    def _finish(self) -> list[Event]:
+        self._done = True
+        if self._finish_reason is None:
+            raise UpstreamProtocolError(
+                f"{self._provider} ended the stream without a finish_reason",
+                provider=self._provider,
+            )
+        return [ResponseDone(finish_reason=self._finish_reason)]
+
+    def close(self) -> list[Event]:
+        """The byte stream ended. Without ``[DONE]`` the answer may be cut short."""
+        if self._done:
+            return []
+        if self._finish_reason is not None:
+            # Finished but no [DONE]: some servers omit it; the answer is whole.
+            return self._finish()
+        raise UpstreamProtocolError(
+            f"{self._provider} closed the stream before the answer finished",
+            provider=self._provider,
+        )

@@ -1,0 +1,143 @@
+"""A client's chat request: validated once at the front, read by routing and providers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from trio_gateway.config import Capability
+from trio_gateway.errors import InvalidJSON, InvalidRequest, UnsupportedParameter
+
+# Gateway extensions in the request body; never sent to a provider as they are.
+GATEWAY_FIELDS = frozenset({"reasoning"})
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
+
+
+@attrs.frozen(kw_only=True)
+class ChatRequest:
+    alias: str
+    body: dict[str, Any]
+    stream: bool
+    include_usage: bool
+    # None: the provider's default; True/False: the client asked for reasoning on/off.
+    reasoning: bool | None
+    required: frozenset[Capability]
+
+
+def _reasoning_switch(body: dict[str, Any]) -> bool | None:
+    switch = body.get("reasoning")
+    if switch is not None and type(switch) is not bool:
+        raise InvalidRequest("'reasoning' must be true or false", param="reasoning")
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise InvalidRequest(
+            f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)}; got {effort!r}",
+            param="reasoning_effort",
+        )
+    from_effort = None if effort is None else effort != "none"
+    if switch is not None and from_effort is not None and switch != from_effort:
+        raise InvalidRequest(
+            f"'reasoning': {str(switch).lower()} contradicts 'reasoning_effort': {effort!r}",
+            param="reasoning",
+        )
+    return switch if switch is not None else from_effort
+
+
+def _has_image(messages: list[dict[str, Any]]) -> bool:
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
+                    return True
+    return False
+
+
+def _check_messages(messages: object) -> list[dict[str, Any]]:
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("'messages' must be a non-empty list", param="messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InvalidRequest(f"messages[{i}] must be an object", param=f"messages[{i}]")
+        if not isinstance(message.get("role"), str):
+            raise InvalidRequest(
+                f"messages[{i}].role must be a string", param=f"messages[{i}].role"
+            )
+    return messages
+
+
+def _check_positive_int(body: dict[str, Any], key: str) -> None:
+    value = body.get(key)
+    if value is not None and (type(value) is not int or value < 1):
+        raise InvalidRequest(f"'{key}' must be a positive integer; got {value!r}", param=key)
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    """Validate a ``/v1/chat/completions`` body; raise a ``RequestError`` saying what is wrong."""
+    try:
+        body = json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise InvalidJSON(f"request body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidJSON(
+            f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    alias = body.get("model")
+    if not isinstance(alias, str) or not alias:
+        raise InvalidRequest("'model' must be a non-empty string (an alias)", param="model")
+    messages = _check_messages(body.get("messages"))
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if type(stream) is not bool:
+        raise InvalidRequest("'stream' must be true or false", param="stream")
+    stream_options = body.get("stream_options")
+    include_usage = False
+    if stream_options is not None:
+        if not isinstance(stream_options, dict):
+            raise InvalidRequest("'stream_options' must be an object", param="stream_options")
+        include_usage = stream_options.get("include_usage", False)
+        if type(include_usage) is not bool:
+            raise InvalidRequest(
+                "'stream_options.include_usage' must be true or false",
+                param="stream_options.include_usage",
+            )
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise UnsupportedParameter("only n=1 is supported", param="n")
+    if body.get("logprobs") or body.get("top_logprobs"):
+        raise UnsupportedParameter("logprobs are not supported by the gateway", param="logprobs")
+    _check_positive_int(body, "max_tokens")
+    _check_positive_int(body, "max_completion_tokens")
+
+    required: set[Capability] = set()
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise InvalidRequest("'tools' must be a list", param="tools")
+        if tools:
+            required.add(Capability.TOOLS)
+    if _has_image(messages):
+        required.add(Capability.VISION)
+    response_format = body.get("response_format")
+    if response_format is not None:
+        if not isinstance(response_format, dict):
+            raise InvalidRequest("'response_format' must be an object", param="response_format")
+        if response_format.get("type") == "json_schema":
+            required.add(Capability.JSON_SCHEMA)
+    reasoning = _reasoning_switch(body)
+    if reasoning:
+        required.add(Capability.REASONING)
+    return ChatRequest(
+        alias=alias,
+        body=body,
+        stream=stream,
+        include_usage=stream and include_usage,
+        reasoning=reasoning,
+        required=frozenset(required),
+    )

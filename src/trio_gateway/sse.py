@@ -1,0 +1,110 @@
+"""Server-sent events: an incremental decoder and the encoder, with no I/O.
+
+The decoder splits the *byte* stream on CR/LF before anything is decoded, so a multi-byte
+character cut across network reads is never seen in halves, and Unicode line separators
+(U+2028, U+0085, ...) inside a JSON string are ordinary characters, not line ends
+(``str.splitlines`` would break them).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen(slots=True)
+class SSEEvent:
+    data: bytes
+    event: str | None = None
+    id: str | None = None
+
+
+class SSEDecodeError(Exception):
+    """The stream broke the limits the decoder was given."""
+
+
+class SSEDecoder:
+    """Feed bytes as they arrive; get back the complete events.
+
+    ``max_line_bytes`` bounds the memory one unterminated line may take.
+    """
+
+    def __init__(self, *, max_line_bytes: int = 1 << 20) -> None:
+        self._max_line_bytes = max_line_bytes
+        self._buffer = b""
+        self._skip_lf = False  # the last chunk ended in CR: a following LF belongs to it
+        self._data: list[bytes] = []
+        self._event: str | None = None
+        self._id: str | None = None
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        if self._skip_lf and chunk[:1] == b"\n":
+            chunk = chunk[1:]
+        self._skip_lf = False
+        if not chunk:
+            return []
+        buffer = self._buffer + chunk if self._buffer else chunk
+        events: list[SSEEvent] = []
+        if b"\r" not in buffer:
+            # The common case (vLLM, OpenAI): LF only.
+            lines = buffer.split(b"\n")
+        else:
+            if buffer.endswith(b"\r"):
+                self._skip_lf = True
+            lines = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+        self._buffer = lines.pop()
+        if len(self._buffer) > self._max_line_bytes:
+            raise SSEDecodeError(f"an SSE line exceeded {self._max_line_bytes} bytes")
+        for line in lines:
+            event = self._line(line)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """End of stream: a last event not followed by a blank line is still dispatched."""
+        events = []
+        if self._buffer:
+            event = self._line(self._buffer)
+            self._buffer = b""
+            if event is not None:
+                events.append(event)
+        event = self._line(b"")
+        if event is not None:
+            events.append(event)
+        return events
+
+    def _line(self, line: bytes) -> SSEEvent | None:
+        if not line:
+            if not self._data:
+                self._event = None
+                return None
+            event = SSEEvent(
+                data=b"\n".join(self._data) if len(self._data) > 1 else self._data[0],
+                event=self._event,
+                id=self._id,
+            )
+            self._data = []
+            self._event = None
+            return event
+        if line[:1] == b":":
+            return None
+        field, sep, value = line.partition(b":")
+        if sep and value[:1] == b" ":
+            value = value[1:]
+        if field == b"data":
+            self._data.append(value)
+        elif field == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif field == b"id" and b"\0" not in value:
+            self._id = value.decode("utf-8", "replace")
+        return None
+
+
+def encode_event(data: bytes, event: str | None = None) -> bytes:
+    """One SSE event. ``data`` must not contain CR or LF (JSON text never does)."""
+    if event is None:
+        return b"data: " + data + b"\n\n"
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"

@@ -1,0 +1,176 @@
+"""The openai_compatible provider's pure parts, against real vLLM transcripts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from trio_gateway.config import Capability, ProviderConfig
+from trio_gateway.errors import ContextLengthExceeded, UpstreamProtocolError
+from trio_gateway.events import (
+    Event,
+    ReasoningDelta,
+    ResponseDone,
+    ResponseStarted,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallDone,
+    Usage,
+)
+from trio_gateway.providers.openai_compatible import ChunkParser, build_body
+from trio_gateway.request import parse_chat_request
+from trio_gateway.sse import SSEDecoder
+
+from .fixtures import transcript
+
+PROVIDER = ProviderConfig(
+    name="vllm-a",
+    type="openai_compatible",
+    base_url="http://127.0.0.1:8000/v1",
+    model="qwen3-32b",
+    capabilities=frozenset({Capability.REASONING, Capability.TOOLS}),
+)
+
+
+def parse_stream(raw: bytes) -> list[Event]:
+    decoder = SSEDecoder()
+    parser = ChunkParser("vllm-a")
+    events: list[Event] = []
+    for sse in decoder.feed(raw) + decoder.close():
+        events += parser.feed(sse.data)
+    return events + parser.close()
+
+
+def kinds(events: list[Event]) -> list[str]:
+    return [type(e).__name__ for e in events]
+
+
+def test_usage_chunk_becomes_usage_event() -> None:
+    _, raw = transcript("b_stream_include_usage_true.sse")
+    events = parse_stream(raw)
+    assert events[0] == ResponseStarted("vllm-a")
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == (
+        "sixthe four\ufffd trueeatherarefo"
+    )
+    assert events[-2:] == [
+        Usage(prompt_tokens=23, completion_tokens=8, reasoning_tokens=0, cached_tokens=None),
+        ResponseDone("length"),
+    ]
+
+
+def test_no_usage_without_include_usage() -> None:
+    _, raw = transcript("b_stream_no_stream_options.sse")
+    events = parse_stream(raw)
+    assert not any(isinstance(e, Usage) for e in events)
+    assert events[-1] == ResponseDone("length")
+
+
+def test_continuous_usage_only_the_closing_total_counts() -> None:
+    _, raw = transcript("b_stream_continuous_usage.sse")
+    usages = [e for e in parse_stream(raw) if isinstance(e, Usage)]
+    assert usages == [Usage(23, 8, 0, None)]
+
+
+def test_reasoning_field_becomes_reasoning_delta() -> None:
+    _, raw = transcript("reasoning_stream_True.txt")
+    assert parse_stream(raw) == [
+        ResponseStarted("vllm-a"),
+        ReasoningDelta("abc"),
+        TextDelta("hello"),
+        ResponseDone("stop"),
+    ]
+
+
+def test_older_reasoning_content_name_is_accepted() -> None:
+    parser = ChunkParser("p")
+    chunk = {"choices": [{"index": 0, "delta": {"reasoning_content": "hm"}}]}
+    assert parser.feed(json.dumps(chunk).encode())[1:] == [ReasoningDelta("hm")]
+
+
+def test_tool_call_fragments_pass_through_and_assemble_at_finish() -> None:
+    _, raw = transcript("reasoning_then_toolcall_stream_True.txt")
+    events = parse_stream(raw)
+    deltas = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert deltas[0].id == "chatcmpl-tool-8c49d1608518edbc"
+    assert deltas[0].name == "get_weather"
+    assert "".join(d.arguments for d in deltas) == '{"city": "x"}'
+    [done] = [e for e in events if isinstance(e, ToolCallDone)]
+    assert done.arguments == {"city": "x"} and done.arguments_valid
+    # Done comes after every fragment and before the end.
+    assert kinds(events)[-2:] == ["ToolCallDone", "ResponseDone"]
+    assert events[-1] == ResponseDone("tool_calls")
+
+
+def test_stream_cut_before_finish_is_a_protocol_error() -> None:
+    _, raw = transcript("e_abort_after_20_chunks.sse")
+    with pytest.raises(UpstreamProtocolError, match="before the answer finished"):
+        parse_stream(raw)
+
+
+def test_inband_error_chunk_is_classified() -> None:
+    parser = ChunkParser("p")
+    body = {"error": {"message": "maximum context length is 10 tokens", "code": 400}}
+    with pytest.raises(ContextLengthExceeded):
+        parser.feed(json.dumps(body).encode())
+
+
+@pytest.mark.parametrize("data", [b"{not json", b"[1, 2]"])
+def test_garbage_chunks_are_protocol_errors(data: bytes) -> None:
+    with pytest.raises(UpstreamProtocolError):
+        ChunkParser("p").feed(data)
+
+
+def request(**fields: Any) -> Any:
+    body = {"model": "agent-lite", "messages": [{"role": "user", "content": "hi"}], **fields}
+    return parse_chat_request(json.dumps(body).encode())
+
+
+def test_build_body_rewrites_model_and_always_asks_for_usage() -> None:
+    body = build_body(request(stream=False, temperature=0.2, top_k=5), PROVIDER)
+    assert body["model"] == "qwen3-32b"
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["temperature"] == 0.2 and body["top_k"] == 5  # vLLM extensions pass
+
+
+def test_build_body_strips_ignored_and_gateway_fields() -> None:
+    body = build_body(
+        request(store=True, metadata={"k": "v"}, user="u1", reasoning=True, seed=1), PROVIDER
+    )
+    assert not {"store", "metadata", "user", "reasoning", "reasoning_effort"} & body.keys()
+    assert body["seed"] == 1
+    extra = ProviderConfig(
+        name="p",
+        type="openai_compatible",
+        base_url="http://x/v1",
+        model="m",
+        strip_fields=("seed",),
+    )
+    assert "seed" not in build_body(request(seed=1), extra)
+
+
+@pytest.mark.parametrize(
+    ("fields", "template"),
+    [
+        ({"reasoning": False}, {"enable_thinking": False}),
+        ({"reasoning_effort": "none"}, {"enable_thinking": False}),
+        ({"reasoning_effort": "high"}, {"enable_thinking": True}),
+        (
+            {"reasoning": False, "chat_template_kwargs": {"custom": 1}},
+            {"custom": 1, "enable_thinking": False},
+        ),
+        ({}, None),
+    ],
+)
+def test_reasoning_switch_becomes_enable_thinking(
+    fields: dict[str, Any], template: dict[str, Any] | None
+) -> None:
+    body = build_body(request(**fields), PROVIDER)
+    assert body.get("chat_template_kwargs") == template
+
+
+def test_reasoning_switch_is_not_sent_to_providers_without_reasoning() -> None:
+    plain = ProviderConfig(name="p", type="openai_compatible", base_url="http://x/v1", model="m")
+    assert "chat_template_kwargs" not in build_body(request(reasoning=False), plain)

@@ -1,0 +1,94 @@
+"""SSE decoding: byte-level line splitting, arbitrary chunk boundaries, multi-byte text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trio_gateway.sse import DONE, SSEDecodeError, SSEDecoder, SSEEvent, encode_event
+
+PIECES = [
+    *"abc xyz",
+    *"天气巴黎你好世界",
+    "🌍",
+    "👩\u200d💻",
+    "é",
+    "\u2028",
+    "\u2029",
+    "\x85",
+    "\n",
+]
+TEXTS = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
+
+
+def decode_all(data: bytes, cuts: list[int]) -> list[SSEEvent]:
+    decoder = SSEDecoder()
+    events: list[SSEEvent] = []
+    last = 0
+    for cut in sorted(set(cuts)):
+        events += decoder.feed(data[last:cut])
+        last = cut
+    events += decoder.feed(data[last:])
+    events += decoder.close()
+    return events
+
+
+@pytest.mark.parametrize(
+    ("wire", "expected"),
+    [
+        (b"data: a\n\n", [SSEEvent(b"a")]),
+        (b"data:a\n\n", [SSEEvent(b"a")]),
+        (b"data: a\r\n\r\n", [SSEEvent(b"a")]),
+        (b"data: a\r\rdata: b\r\r", [SSEEvent(b"a"), SSEEvent(b"b")]),
+        (b"data: a\ndata: b\n\n", [SSEEvent(b"a\nb")]),
+        (b": keep-alive\n\ndata: x\n\n", [SSEEvent(b"x")]),
+        (b"event: error\ndata: {}\n\n", [SSEEvent(b"{}", event="error")]),
+        (b"retry: 100\n\n", []),
+        (b"id: 7\ndata: x\n\n", [SSEEvent(b"x", id="7")]),
+        (b"data: [DONE]\n\n", [SSEEvent(b"[DONE]")]),
+        # A last event without its blank line is still dispatched at the end of the stream.
+        (b"data: tail", [SSEEvent(b"tail")]),
+    ],
+)
+def test_decoder_table(wire: bytes, expected: list[SSEEvent]) -> None:
+    assert decode_all(wire, []) == expected
+    # Byte by byte gives the same events.
+    assert decode_all(wire, list(range(len(wire)))) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(TEXTS, min_size=1, max_size=6), data=st.data())
+def test_any_split_points_keep_multibyte_text_whole(texts: list[str], data: st.DataObject) -> None:
+    wire = b"".join(
+        encode_event(json.dumps({"content": t}, ensure_ascii=False).encode()) for t in texts
+    )
+    wire += DONE
+    cuts = data.draw(st.lists(st.integers(0, len(wire)), max_size=20))
+    events = decode_all(wire, cuts)
+    decoded = [json.loads(e.data)["content"] for e in events[:-1]]
+    assert decoded == texts
+    assert all("\ufffd" not in t for t in decoded)
+    assert events[-1].data == b"[DONE]"
+
+
+def test_raw_line_separator_inside_json_is_not_a_line_end() -> None:
+    payload = '{"content": "a\u2028b\u2029c\x85d"}'.encode()
+    events = decode_all(b"data: " + payload + b"\n\n", [8, 9, 10])
+    assert len(events) == 1
+    assert json.loads(events[0].data)["content"] == "a\u2028b\u2029c\x85d"
+
+
+def test_crlf_split_across_chunks_is_one_line_end() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\r") == []
+    assert decoder.feed(b"\n\r") == [SSEEvent(b"a")]
+    assert decoder.feed(b"\ndata: b\n\n") == [SSEEvent(b"b")]
+
+
+def test_unterminated_line_is_bounded() -> None:
+    decoder = SSEDecoder(max_line_bytes=16)
+    with pytest.raises(SSEDecodeError):
+        decoder.feed(b"data: " + b"x" * 32)
