@@ -1,0 +1,320 @@
+"""``gateway.toml``: frozen attrs classes read through one strict cattrs converter.
+
+Strict means: unknown keys, wrong types (``"8"`` is not 8, ``true`` is not 1) and missing fields are
+errors, and every problem in a file is reported at once, each with its dotted path.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import cattrs
+import tomli
+from cattrs.errors import ForbiddenExtraKeysError
+
+from trio_gateway.sim.config import SimConfig
+
+DEFAULT_CONFIG_NAME = "gateway.toml"
+
+
+class Capability(enum.Enum):
+    TOOLS = "tools"
+    VISION = "vision"
+    JSON_SCHEMA = "json_schema"
+    REASONING = "reasoning"
+
+
+ProviderType = Literal["openai_compatible"]
+OnSaturated = Literal["spill", "queue"]
+
+
+@attrs.frozen
+class Secret:
+    """A credential; its repr never shows the value."""
+
+    value: str = attrs.field(repr=False)
+
+    def __repr__(self) -> str:
+        return "<SECRET>"
+
+
+@attrs.frozen(kw_only=True)
+class ServerConfig:
+    listen: str = "127.0.0.1:8080"
+    max_body_bytes: int = 4 * 1024 * 1024
+    # Events buffered between the upstream reader and the client writer, per request.
+    stream_buffer_events: int = 64
+    client_stall_timeout_s: float = 30.0
+    drain_timeout_s: float = 30.0
+
+
+@attrs.frozen(kw_only=True)
+class ProviderConfig:
+    name: str
+    type: ProviderType
+    base_url: str
+    model: str
+    api_key_env: str | None = None
+    max_inflight: int = 32
+    queue_timeout_s: float = 1.0
+    capabilities: frozenset[Capability] = frozenset()
+    weight: int = 100
+    strip_fields: tuple[str, ...] = ()
+    connect_timeout_s: float = 5.0
+    first_token_timeout_s: float = 120.0
+    idle_timeout_s: float = 60.0
+
+
+@attrs.frozen(kw_only=True)
+class AliasConfig:
+    providers: tuple[ProviderConfig, ...]
+    on_saturated: OnSaturated = "spill"
+
+
+@attrs.frozen(kw_only=True)
+class SimulatorConfig:
+    listen: str
+    sim: SimConfig
+
+
+@attrs.frozen(kw_only=True)
+class GatewayConfig:
+    server: ServerConfig = ServerConfig()
+    aliases: dict[str, AliasConfig]
+    simulators: dict[str, SimulatorConfig] = attrs.field(factory=dict)
+    # Not read from TOML: filled in by load, from the environment.
+    api_keys: dict[str, Secret] = attrs.field(factory=dict)
+    source: str = "<config>"
+
+    def providers(self) -> dict[str, ProviderConfig]:
+        """Every provider by name; aliases that name the same provider share it."""
+        return {p.name: p for alias in self.aliases.values() for p in alias.providers}
+
+
+class ConfigError(Exception):
+    """Every problem found in one config file."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+
+
+def _strict_int(value: object, _: type) -> int:
+    if type(value) is not int:
+        raise TypeError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _strict_float(value: object, _: type) -> float:
+    if type(value) not in (int, float):
+        raise TypeError(f"expected a number, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def _strict_str(value: object, _: type) -> str:
+    if type(value) is not str:
+        raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _strict_bool(value: object, _: type) -> bool:
+    if type(value) is not bool:
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _capability(value: object, _: type) -> Capability:
+    try:
+        return Capability(value)
+    except ValueError:
+        known = ", ".join(c.value for c in Capability)
+        raise ValueError(f"unknown capability {value!r} (known: {known})") from None
+
+
+def _literal_hook(choices: tuple[str, ...], what: str) -> Any:
+    def hook(value: object, _: type) -> str:
+        if value not in choices:
+            raise ValueError(f"unknown {what} {value!r} (known: {', '.join(choices)})")
+        return value
+
+    return hook
+
+
+def _make_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    converter.register_structure_hook(int, _strict_int)
+    converter.register_structure_hook(float, _strict_float)
+    converter.register_structure_hook(str, _strict_str)
+    converter.register_structure_hook(bool, _strict_bool)
+    converter.register_structure_hook(Capability, _capability)
+    # Literal types are not classes: they are matched by predicate.
+    converter.register_structure_hook_func(
+        lambda t: t == ProviderType, _literal_hook(("openai_compatible",), "provider type")
+    )
+    converter.register_structure_hook_func(
+        lambda t: t == OnSaturated, _literal_hook(("spill", "queue"), "policy")
+    )
+
+    def tuple_of_str(value: object, _: type) -> tuple[str, ...]:
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list of strings, got {value!r}")
+        return tuple(_strict_str(v, str) for v in value)
+
+    def capability_set(value: object, _: type) -> frozenset[Capability]:
+        # A bare string is iterable too: without this, "tools" would read as t, o, o, l, s.
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list of capabilities, got {value!r}")
+        return frozenset(_capability(v, Capability) for v in value)
+
+    converter.register_structure_hook_func(lambda t: t == tuple[str, ...], tuple_of_str)
+    converter.register_structure_hook_func(lambda t: t == frozenset[Capability], capability_set)
+
+    def simulator(value: object, _: type) -> SimulatorConfig:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected a table, got {value!r}")
+        rest = dict(value)
+        listen = rest.pop("listen", None)
+        sim = converter.structure(rest, SimConfig)
+        if listen is None:
+            raise ValueError("required field 'listen' is missing")
+        return SimulatorConfig(listen=_strict_str(listen, str), sim=sim)
+
+    converter.register_structure_hook(SimulatorConfig, simulator)
+    return converter
+
+
+_CONVERTER = _make_converter()
+
+
+def _format_exception(exc: BaseException, type_: type | None) -> str:
+    if isinstance(exc, KeyError):
+        return "required field missing"
+    if isinstance(exc, ForbiddenExtraKeysError):
+        return f"unknown key{'s' if len(exc.extra_fields) > 1 else ''} " + ", ".join(
+            repr(k) for k in sorted(exc.extra_fields)
+        )
+    if isinstance(exc, TypeError | ValueError) and str(exc):
+        return str(exc)
+    return f"invalid value ({exc.__class__.__name__}: {exc})"
+
+
+_PATH_KEY = re.compile(r"\['([^']*)'\]")
+
+
+def _dotted(path: str) -> str:
+    """``$.aliases['agent-lite'].providers[0]`` → ``aliases.agent-lite.providers[0]``."""
+    path = _PATH_KEY.sub(lambda m: "." + m.group(1), path)
+    return path.removeprefix("$").removeprefix(".") or "(top level)"
+
+
+def _structural_problems(raw: dict[str, Any]) -> tuple[GatewayConfig | None, list[str]]:
+    try:
+        return _CONVERTER.structure(raw, GatewayConfig), []
+    except Exception as exc:
+        problems = []
+        for message in cattrs.transform_error(exc, path="$", format_exception=_format_exception):
+            text, _, path = message.rpartition(" @ ")
+            problems.append(f"{_dotted(path)}: {text}")
+        return None, problems
+
+
+def _parse_listen(value: str) -> str | None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f"expected HOST:PORT, got {value!r}"
+    return None
+
+
+def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
+    problems: list[str] = []
+    if (err := _parse_listen(config.server.listen)) is not None:
+        problems.append(f"server.listen: {err}")
+    for key in ("max_body_bytes", "stream_buffer_events"):
+        if getattr(config.server, key) < 1:
+            problems.append(f"server.{key}: must be at least 1")
+    for key in ("client_stall_timeout_s", "drain_timeout_s"):
+        if getattr(config.server, key) <= 0:
+            problems.append(f"server.{key}: must be greater than 0")
+    if not config.aliases:
+        problems.append("aliases: at least one alias is needed")
+    seen: dict[str, tuple[str, ProviderConfig]] = {}
+    for alias_name, alias in config.aliases.items():
+        if not alias.providers:
+            problems.append(f"aliases.{alias_name}.providers: at least one provider is needed")
+        names_here: set[str] = set()
+        for i, p in enumerate(alias.providers):
+            where = f"aliases.{alias_name}.providers[{i}]"
+            if p.name in names_here:
+                problems.append(f"{where}.name: duplicate provider name {p.name!r} in this alias")
+            names_here.add(p.name)
+            if p.name in seen and seen[p.name][1] != p:
+                problems.append(
+                    f"{where}.name: provider {p.name!r} is also defined, differently, at "
+                    f"{seen[p.name][0]} (aliases that share a provider must define it the same)"
+                )
+            seen.setdefault(p.name, (where, p))
+            if not re.match(r"^https?://[^/\s]+", p.base_url):
+                problems.append(f"{where}.base_url: expected an http:// or https:// URL")
+            if p.max_inflight < 1:
+                problems.append(f"{where}.max_inflight: must be at least 1")
+            if p.weight < 0:
+                problems.append(f"{where}.weight: must be 0 or more")
+            if p.queue_timeout_s < 0:
+                problems.append(f"{where}.queue_timeout_s: must be 0 or more")
+            for key in ("connect_timeout_s", "first_token_timeout_s", "idle_timeout_s"):
+                if getattr(p, key) <= 0:
+                    problems.append(f"{where}.{key}: must be greater than 0")
+            if p.api_key_env is not None and not environ.get(p.api_key_env):
+                problems.append(
+                    f"{where}.api_key_env: environment variable {p.api_key_env!r} is not set"
+                )
+    for sim_name, sim in config.simulators.items():
+        if (err := _parse_listen(sim.listen)) is not None:
+            problems.append(f"simulators.{sim_name}.listen: {err}")
+    return problems
+
+
+def parse_config(
+    text: str, *, source: str = "<config>", environ: Mapping[str, str] | None = None
+) -> GatewayConfig:
+    """Parse TOML text into a config, or raise :class:`ConfigError` listing every problem."""
+    env = os.environ if environ is None else environ
+    try:
+        raw = tomli.loads(text)
+    except tomli.TOMLDecodeError as exc:
+        raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
+    config, problems = _structural_problems(raw)
+    if config is None:
+        raise ConfigError(source, problems)
+    problems = _semantic_problems(config, env)
+    if problems:
+        raise ConfigError(source, problems)
+    keys = {
+        p.name: Secret(env[p.api_key_env])
+        for p in config.providers().values()
+        if p.api_key_env is not None
+    }
+    return attrs.evolve(config, api_keys=keys, source=source)
+
+
+def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text: {exc}"]) from None
+    return parse_config(text, source=str(path), environ=environ)
+
+
+def parse_hostport(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,158 @@
+"""Strict config: what a platform engineer sees for every mistake, all at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trio_gateway.cli import main
+from trio_gateway.config import Capability, ConfigError, load_config, parse_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+GOOD = """
+[server]
+listen = "127.0.0.1:8080"
+
+[aliases.agent-lite]
+[[aliases.agent-lite.providers]]
+name = "vllm-a"
+type = "openai_compatible"
+base_url = "http://127.0.0.1:8000/v1"
+model = "qwen3-32b"
+api_key_env = "VLLM_API_KEY"
+max_inflight = 32
+capabilities = ["tools", "reasoning", "json_schema"]
+weight = 100
+"""
+
+
+def problems(text: str, environ: dict[str, str] | None = None) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            text, source="gw.toml", environ={"VLLM_API_KEY": "k"} if environ is None else environ
+        )
+    assert str(info.value).startswith("gw.toml: ")
+    return info.value.problems
+
+
+def test_the_issue_example_parses() -> None:
+    config = parse_config(GOOD, environ={"VLLM_API_KEY": "sekrit"})
+    [provider] = config.aliases["agent-lite"].providers
+    assert provider.max_inflight == 32
+    assert provider.capabilities == {Capability.TOOLS, Capability.REASONING, Capability.JSON_SCHEMA}
+    assert config.api_keys["vllm-a"].value == "sekrit"
+    assert "sekrit" not in repr(config)
+    # Defaults for what the file leaves out.
+    assert provider.connect_timeout_s == 5.0
+    assert config.server.client_stall_timeout_s == 30.0
+
+
+def test_repo_default_config_is_valid() -> None:
+    config = load_config(REPO / "gateway.toml", environ={})
+    assert "agent-lite" in config.aliases
+    assert config.simulators
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (
+            ("max_inflight = 32", 'max_inflight = "8"'),
+            "providers[0].max_inflight: expected an integer, got '8'",
+        ),
+        (("max_inflight = 32", "max_inflight = 8.7"), "max_inflight: expected an integer, got 8.7"),
+        (
+            ("max_inflight = 32", "max_inflight = true"),
+            "max_inflight: expected an integer, got True",
+        ),
+        (('model = "qwen3-32b"', "model = 123"), "providers[0].model: expected a string, got 123"),
+        (("weight = 100", "weight = 100\nwieght = 3"), "providers[0]: unknown key 'wieght'"),
+        (('"tools", ', '"tools", "telepathy", '), "unknown capability 'telepathy'"),
+        (("openai_compatible", "openai_compat"), "unknown provider type 'openai_compat'"),
+        (
+            ('model = "qwen3-32b"\n', ""),
+            "aliases.agent-lite.providers[0].model: required field missing",
+        ),
+        (("max_inflight = 32", "max_inflight = 0"), "max_inflight: must be at least 1"),
+        (("weight = 100", "weight = -1"), "weight: must be 0 or more"),
+        (
+            ("http://127.0.0.1:8000/v1", "127.0.0.1:8000"),
+            "base_url: expected an http:// or https:// URL",
+        ),
+        (('listen = "127.0.0.1:8080"', 'listen = "8080"'), "server.listen: expected HOST:PORT"),
+        (
+            ('listen = "127.0.0.1:8080"', 'listen = "127.0.0.1:8080"\nport = 1'),
+            "server: unknown key 'port'",
+        ),
+    ],
+)
+def test_each_mistake_is_named_with_its_path(change: tuple[str, str], expected: str) -> None:
+    old, new = change
+    assert old in GOOD
+    found = problems(GOOD.replace(old, new, 1))
+    assert any(expected in p for p in found), found
+
+
+def test_missing_api_key_env_is_reported() -> None:
+    found = problems(GOOD, environ={})
+    where = "aliases.agent-lite.providers[0].api_key_env"
+    assert found == [f"{where}: environment variable 'VLLM_API_KEY' is not set"]
+
+
+def test_all_type_errors_are_reported_together() -> None:
+    text = (
+        GOOD.replace("max_inflight = 32", 'max_inflight = "8"')
+        .replace("weight = 100", "weight = 100\nbogus = 1")
+        .replace('"tools", ', '"tools", "telepathy", ')
+    )
+    found = problems(text)
+    assert len(found) == 3, found
+
+
+def test_duplicate_provider_names_in_an_alias() -> None:
+    block = GOOD[GOOD.index("[[aliases") :]
+    found = problems(GOOD + block)
+    assert any("duplicate provider name 'vllm-a'" in p for p in found), found
+
+
+def test_a_shared_provider_must_be_defined_the_same() -> None:
+    other = (
+        GOOD[GOOD.index("[aliases") :]
+        .replace("agent-lite", "other")
+        .replace("max_inflight = 32", "max_inflight = 4")
+    )
+    found = problems(GOOD + other)
+    assert any("also defined, differently" in p for p in found), found
+    same = GOOD[GOOD.index("[aliases") :].replace("agent-lite", "other")
+    config = parse_config(GOOD + same, environ={"VLLM_API_KEY": "k"})
+    assert list(config.providers()) == ["vllm-a"]
+
+
+def test_not_toml() -> None:
+    assert problems("[server\n")[0].startswith("not valid TOML")
+
+
+def test_check_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        GOOD.replace("max_inflight = 32", 'max_inflight = "8"').replace(
+            "weight = 100", "weight = -2"
+        )
+    )
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: aliases.agent-lite.providers[0].max_inflight: expected an integer" in err
+    assert "Traceback" not in err
+    assert main(["check", str(tmp_path / "missing.toml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["check", str(REPO / "gateway.toml")]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_simulator_section_is_strict() -> None:
+    text = GOOD + '\n[simulators.s]\nlisten = "127.0.0.1:0"\nmax_num_seqs = "4"\nfoo = 1\n'
+    found = problems(text)
+    assert any("simulators.s" in p and "max_num_seqs" in p for p in found), found
+    assert any("simulators.s" in p and "foo" in p for p in found), found
