@@ -1,0 +1,92 @@
+"""The ASGI application: routes, request ids, and the one place errors become responses."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+from trio_gateway.config import GatewayConfig
+from trio_gateway.errors import GatewayError, InternalError, MethodNotAllowed, RouteNotFound
+from trio_gateway.fronts.chat import handle_chat
+from trio_gateway.fronts.http import ClientGone, Receive, Scope, Send, send_error, send_json
+from trio_gateway.pipeline import Router
+
+log = logging.getLogger("trio_gateway")
+
+ROUTES = {
+    "/v1/chat/completions": ("POST",),
+    "/v1/models": ("GET",),
+    "/healthz": ("GET",),
+    "/readyz": ("GET",),
+}
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(12)
+
+
+class GatewayApp:
+    def __init__(self, config: GatewayConfig, router: Router) -> None:
+        self.config = config
+        self.router = router
+        # Handlers still running, including those stuck writing to a client that stopped reading.
+        self.open_requests = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"]
+        method = scope["method"]
+        request_id = new_request_id()
+        self.open_requests += 1
+        try:
+            methods = ROUTES.get(path.rstrip("/") or "/")
+            if methods is None:
+                raise RouteNotFound(f"no route {path}; see /v1/chat/completions, /v1/models")
+            if method not in methods:
+                raise MethodNotAllowed(f"{path} accepts {', '.join(methods)}, not {method}")
+            path = path.rstrip("/")
+            if path == "/v1/chat/completions":
+                await handle_chat(self.router, self.config.server, request_id, receive, send)
+            elif path == "/v1/models":
+                await send_json(send, 200, self._models())
+            elif path == "/healthz":
+                await send_json(send, 200, {"status": "ok"})
+            elif path == "/readyz":
+                await send_json(
+                    send, 200, {"status": "ready", "aliases": sorted(self.config.aliases)}
+                )
+        except ClientGone:
+            return
+        except GatewayError as exc:
+            await send_error(send, exc, [(b"x-request-id", request_id.encode())])
+        except Exception:
+            log.exception("internal error on %s %s (request %s)", method, path, request_id)
+            await send_error(send, InternalError(f"internal error (request {request_id})"))
+        finally:
+            self.open_requests -= 1
+
+    def _models(self) -> dict[str, object]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "trio-gateway"}
+                for name in sorted(self.config.aliases)
+            ],
+        }

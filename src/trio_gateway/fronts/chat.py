@@ -1,0 +1,132 @@
+"""``POST /v1/chat/completions``: the OpenAI-compatible front."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from trio_gateway.config import ServerConfig
+from trio_gateway.errors import GatewayError, InternalError
+from trio_gateway.fronts.http import (
+    SSE_HEADERS,
+    Receive,
+    Send,
+    read_body,
+    send_error,
+    send_json,
+)
+from trio_gateway.fronts.openai_chunks import ChunkEncoder, ResponseAccumulator, error_chunk
+from trio_gateway.pipeline import Router
+from trio_gateway.relay import CLIENT_GONE, Item, Outcome, relay
+from trio_gateway.request import parse_chat_request
+from trio_gateway.sse import DONE
+
+
+async def watch_disconnect(receive: Receive, scope: trio.CancelScope, outcome: Outcome) -> None:
+    """hypercorn never cancels the app when a client leaves (and ``send`` keeps succeeding), so
+    the only sign is ``http.disconnect`` from ``receive``."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            outcome.cancelled = outcome.cancelled or CLIENT_GONE
+            scope.cancel(reason=CLIENT_GONE)
+            return
+
+
+async def handle_chat(
+    router: Router, server: ServerConfig, request_id: str, receive: Receive, send: Send
+) -> Outcome:
+    body = await read_body(receive, server.max_body_bytes)
+    request = parse_chat_request(body)
+    plan = router.plan(request)
+    completion_id = f"chatcmpl-{request_id}"
+    created = int(time.time())
+    extra_headers = [(b"x-request-id", request_id.encode())]
+
+    async def watch(scope: trio.CancelScope, outcome: Outcome) -> None:
+        await watch_disconnect(receive, scope, outcome)
+
+    if request.stream:
+        encoder = ChunkEncoder(
+            completion_id=completion_id,
+            created=created,
+            model=request.alias,
+            include_usage=request.include_usage,
+        )
+
+        async def consume_stream(channel: trio.MemoryReceiveChannel[Item]) -> None:
+            first = await channel.receive()
+            if isinstance(first, GatewayError):
+                await send_error(send, first, extra_headers)
+                return
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [*SSE_HEADERS, *extra_headers],
+                }
+            )
+
+            def render(item: Item) -> bytes:
+                if isinstance(item, GatewayError):
+                    return error_chunk(item) + DONE
+                return encoder.encode(item)
+
+            pending = [render(first)]
+            while True:
+                # Batch what is already waiting into one write: fewer syscalls per token.
+                ended = False
+                while True:
+                    try:
+                        pending.append(render(channel.receive_nowait()))
+                    except trio.WouldBlock:
+                        break
+                    except trio.EndOfChannel:
+                        ended = True
+                        break
+                data = b"".join(pending)
+                pending.clear()
+                if data:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                if ended:
+                    break
+                try:
+                    pending.append(render(await channel.receive()))
+                except trio.EndOfChannel:
+                    break
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        return await relay(
+            request,
+            plan,
+            buffer_events=server.stream_buffer_events,
+            client_stall_timeout_s=server.client_stall_timeout_s,
+            consume=consume_stream,
+            watch=watch,
+        )
+
+    accumulator = ResponseAccumulator(
+        completion_id=completion_id, created=created, model=request.alias
+    )
+
+    async def consume_whole(channel: trio.MemoryReceiveChannel[Item]) -> None:
+        async for item in channel:
+            if isinstance(item, GatewayError):
+                await send_error(send, item, extra_headers)
+                return
+            accumulator.add(item)
+        if accumulator.finish_reason is None:
+            # The producer ended without an answer or an error: only cancellation does that.
+            await send_error(send, InternalError("the answer ended early"), extra_headers)
+            return
+        await send_json(send, 200, accumulator.result(), extra_headers)
+
+    return await relay(
+        request,
+        plan,
+        buffer_events=server.stream_buffer_events,
+        client_stall_timeout_s=server.client_stall_timeout_s,
+        consume=consume_whole,
+        watch=watch,
+    )

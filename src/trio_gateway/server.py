@@ -1,0 +1,117 @@
+"""Serving: embedded simulators, one httpx pool per provider, hypercorn on the trio worker."""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from functools import partial
+from typing import cast
+
+import attrs
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.config import Sockets
+from hypercorn.trio.run import worker_serve
+from hypercorn.typing import Framework
+from hypercorn.utils import wrap_app
+
+from trio_gateway.app import GatewayApp
+from trio_gateway.config import GatewayConfig, parse_hostport
+from trio_gateway.pipeline import Router
+from trio_gateway.providers.upstream import Upstream
+from trio_gateway.sim import SimHandle, serve_sim
+
+log = logging.getLogger("trio_gateway")
+
+# The gateway's own stall deadline acts first (it frees the upstream); the kernel's drop of the
+# socket follows shortly after.
+STALL_DROP_MARGIN_S = 1.0
+
+
+@attrs.frozen
+class GatewayHandle:
+    base_url: str  # "http://HOST:PORT", no /v1
+    router: Router
+    app: GatewayApp
+    simulators: dict[str, SimHandle]
+
+
+def hypercorn_config(listen: str, *, graceful_timeout_s: float) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [listen]
+    config.accesslog = None
+    # Through logging, like the rest of the gateway, not a second stream of its own.
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.graceful_timeout = graceful_timeout_s
+    # Long generations: the connection stays open between chunks.
+    config.keep_alive_timeout = 75
+    return config
+
+
+def listening_sockets(config: HypercornConfig, *, stall_timeout_s: float) -> Sockets:
+    """hypercorn writes to a client shielded and without a timeout, so a client that stops
+    reading would hold its handler forever. TCP_USER_TIMEOUT (inherited by accepted sockets)
+    makes the kernel drop a connection whose data stays unacknowledged, or stuck behind a zero
+    window, for that long; the blocked write then fails and the handler ends."""
+    sockets = config.create_sockets()
+    timeout_ms = int((stall_timeout_s + STALL_DROP_MARGIN_S) * 1000)
+    for sock in sockets.insecure_sockets:
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and hasattr(socket, "TCP_USER_TIMEOUT"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_ms)
+        sock.listen(config.backlog)
+    return sockets
+
+
+async def serve_gateway(
+    config: GatewayConfig,
+    *,
+    rng: random.Random | None = None,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[GatewayHandle] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled; or, once ``shutdown_trigger`` returns, stop accepting, let
+    running streams finish for up to ``drain_timeout_s``, then cancel what is left."""
+    # The pools must outlive every task that uses them: the exit stack encloses the nursery.
+    async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
+        simulators: dict[str, SimHandle] = {}
+        for name, simulator in config.simulators.items():
+            host, port = parse_hostport(simulator.listen)
+            simulators[name] = await nursery.start(
+                partial(serve_sim, simulator.sim, host=host, port=port)
+            )
+            log.info("simulator %s serving on %s", name, simulators[name].base_url)
+        upstreams: dict[str, Upstream] = {}
+        for name, provider in config.providers().items():
+            client = await stack.enter_async_context(Upstream.make_client(provider))
+            upstreams[name] = Upstream(provider, config.api_keys.get(name), client)
+        router = Router(config.aliases, upstreams, rng)
+        app = GatewayApp(config, router)
+        hc = hypercorn_config(
+            config.server.listen, graceful_timeout_s=config.server.drain_timeout_s
+        )
+        stopped = trio.Event()
+
+        sockets = listening_sockets(hc, stall_timeout_s=config.server.client_stall_timeout_s)
+
+        async def run_app(*, task_status: trio.TaskStatus[list[str]]) -> None:
+            try:
+                await worker_serve(
+                    wrap_app(cast("Framework", app), hc.wsgi_max_body_size, "asgi"),
+                    hc,
+                    sockets=sockets,
+                    shutdown_trigger=shutdown_trigger,
+                    task_status=task_status,
+                )
+            finally:
+                stopped.set()
+
+        binds: list[str] = await nursery.start(run_app)
+        log.info("trio-gateway serving on %s", binds[0])
+        task_status.started(
+            GatewayHandle(base_url=binds[0], router=router, app=app, simulators=simulators)
+        )
+        await stopped.wait()
+        nursery.cancel_scope.cancel(reason="gateway stopped")

@@ -1,0 +1,138 @@
+"""Cancellation that reaches the GPU: a client that leaves or stalls frees the upstream at once."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import attrs
+import httpx
+import trio
+
+from tests.e2e.harness import (
+    FAST_SIM,
+    Stack,
+    chat,
+    gateway_config,
+    provider_toml,
+    running_gateway,
+    running_sim,
+    script,
+    wait_until,
+)
+from trio_gateway.server import GatewayHandle
+from trio_gateway.sim import SimHandle
+
+LONG = script({"text_tokens": 5000})
+
+
+async def wait_for_abort(sim: SimHandle, aborts: int = 1, timeout_s: float = 5.0) -> None:
+    """The simulator's stats are the only witness; poll them under a deadline."""
+    await wait_until(
+        lambda: sim.engine.stats().aborts >= aborts and not sim.engine.stats().running,
+        timeout_s=timeout_s,
+    )
+
+
+async def test_client_leaving_a_stream_aborts_the_upstream(stack: Stack) -> None:
+    async with (
+        httpx.AsyncClient() as client,
+        client.stream(
+            "POST", stack.v1 + "/chat/completions", json=chat(LONG, stream=True)
+        ) as response,
+    ):
+        assert response.status_code == 200
+        seen = 0
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                seen += 1
+            if seen == 5:
+                break
+        generated_when_left = stack.sim.engine.stats().tokens_generated
+    await wait_for_abort(stack.sim)
+    stats = stack.sim.engine.stats()
+    assert stats.aborts == 1
+    assert stats.running == 0
+    # The GPU stopped within a step or two of the client leaving: nowhere near 5000 tokens.
+    assert stats.tokens_generated < generated_when_left + 20
+    assert stats.tokens_generated_after_client_left <= 2
+    upstream = stack.gateway.router.upstreams["sim-a"]
+    await wait_until(lambda: upstream.statistics().in_flight == 0, timeout_s=2)
+
+
+async def test_client_leaving_a_non_streamed_request_aborts_too(stack: Stack) -> None:
+    async with httpx.AsyncClient() as client:
+        with trio.move_on_after(0.3):
+            await client.post(stack.v1 + "/chat/completions", json=chat(LONG))
+    await wait_for_abort(stack.sim)
+    assert stack.sim.engine.stats().tokens_generated < 1000
+    assert stack.gateway.router.upstreams["sim-a"].statistics().in_flight == 0
+
+
+async def test_cancelled_requests_do_not_wedge_the_pool() -> None:
+    """httpcore #1093: more requests than pool connections, cancelled just after they start,
+    used to leak every pool slot for good. Three times the pool, cancelled early, then a normal
+    request must still get through."""
+    async with running_sim() as sim:
+        config = gateway_config(provider_toml("sim-a", sim.base_url, max_inflight=2))
+        async with running_gateway(config) as gateway:
+            upstream = gateway.router.upstreams["sim-a"]
+            pool_size = upstream.config.max_inflight + 2
+            async with httpx.AsyncClient(limits=httpx.Limits(max_connections=100)) as client:
+
+                async def start_and_leave(delay_s: float) -> None:
+                    with trio.move_on_after(delay_s):
+                        await client.post(
+                            gateway.base_url + "/v1/chat/completions", json=chat(LONG)
+                        )
+
+                for round_ in range(3):
+                    async with trio.open_nursery() as nursery:
+                        for i in range(3 * pool_size):
+                            nursery.start_soon(start_and_leave, 0.002 * (i % 5) + 0.001 * round_)
+                with trio.fail_after(5):
+                    response = await client.post(
+                        gateway.base_url + "/v1/chat/completions",
+                        json=chat(script({"text": "still here"})),
+                    )
+            assert response.status_code == 200, response.text
+            assert response.json()["choices"][0]["message"]["content"] == "still here"
+            await wait_until(
+                lambda: upstream.statistics().in_flight == 0 and not sim.engine.stats().running
+            )
+
+
+async def test_a_client_that_stops_reading_is_dropped_and_its_upstream_closed() -> None:
+    fast = attrs.evolve(FAST_SIM, decode_step_s=0.0002, decode_step_s_per_seq=0.0)
+    async with running_sim(fast) as sim:
+        config = gateway_config(
+            provider_toml("sim-a", sim.base_url),
+            server="client_stall_timeout_s = 0.5\nstream_buffer_events = 8",
+        )
+        async with running_gateway(config) as gateway:
+            host, port = gateway.base_url.removeprefix("http://").split(":")
+            sock = trio.socket.socket()
+            # A tiny receive window: the gateway's writes block almost at once.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            await sock.connect((host, int(port)))
+            await stall_and_check(sock, host, sim, gateway)
+
+
+async def stall_and_check(
+    sock: trio.socket.SocketType, host: str, sim: SimHandle, gateway: GatewayHandle
+) -> None:
+    with sock:
+        body = json.dumps(chat(script({"text_tokens": 200000}), stream=True)).encode()
+        request = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        await sock.send(request)
+        # Never read. The stall deadline must free the upstream long before 200k tokens.
+        await wait_for_abort(sim, timeout_s=20)
+        stats = sim.engine.stats()
+        assert stats.tokens_generated < 200000
+        upstream = gateway.router.upstreams["sim-a"]
+        assert upstream.statistics().in_flight == 0
+        # Then the connection itself is dropped: the handler blocked on the write ends.
+        await wait_until(lambda: gateway.app.open_requests == 0, timeout_s=10)

@@ -1,0 +1,115 @@
+"""The official openai SDK as the client: sync (in a thread) and async, stream and not."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+import trio
+from openai import AsyncOpenAI, OpenAI
+
+from tests.e2e.harness import Stack, script
+
+TOOLS: Any = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+TOOL_SCRIPT = script(
+    {"reasoning": "I should look it up"},
+    {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+)
+
+
+def user(content: str) -> Any:
+    return [{"role": "user", "content": content}]
+
+
+async def test_async_sdk_streams_text_reasoning_and_usage(stack: Stack) -> None:
+    client = AsyncOpenAI(base_url=stack.v1, api_key="unused", max_retries=0)
+    stream = await client.chat.completions.create(
+        model="agent-lite",
+        messages=user(script({"reasoning": "think 思考"}, {"text": "Hello 世界 🌍"})),
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, reasoning, usage, finish = [], [], None, None
+    async for chunk in stream:
+        assert chunk.model == "agent-lite"
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            text.append(choice.delta.content or "")
+            reasoning.append(getattr(choice.delta, "reasoning_content", None) or "")
+            finish = choice.finish_reason or finish
+    assert "".join(text).strip() == "Hello 世界 🌍"
+    assert "".join(reasoning) == "think 思考"
+    assert finish == "stop"
+    assert usage is not None and usage.completion_tokens > 0
+    await client.close()
+
+
+async def test_async_sdk_tool_call_non_stream(stack: Stack) -> None:
+    client = AsyncOpenAI(base_url=stack.v1, api_key="unused", max_retries=0)
+    completion = await client.chat.completions.create(
+        model="agent-lite", messages=user(TOOL_SCRIPT), tools=TOOLS
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls is not None
+    call: Any = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    assert completion.usage is not None and completion.usage.total_tokens > 0
+    await client.close()
+
+
+async def test_async_sdk_errors_are_typed(stack: Stack) -> None:
+    client = AsyncOpenAI(base_url=stack.v1, api_key="unused", max_retries=0)
+    with pytest.raises(openai.NotFoundError) as missing:
+        await client.chat.completions.create(model="nope", messages=user("x"))
+    assert missing.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as too_long:
+        await client.chat.completions.create(model="agent-lite", messages=user("w " * 5000))
+    assert too_long.value.code == "context_length_exceeded"
+    await client.close()
+
+
+async def test_async_sdk_mid_stream_error_raises(stack: Stack) -> None:
+    client = AsyncOpenAI(base_url=stack.v1, api_key="unused", max_retries=0)
+    stream = await client.chat.completions.create(
+        model="agent-lite", messages=user(script({"text": "a b"}, {"drop": True})), stream=True
+    )
+    with pytest.raises(openai.APIError, match="connection lost|closed the stream"):
+        async for _ in stream:
+            pass
+    await client.close()
+
+
+def sync_session(base_url: str) -> dict[str, Any]:
+    client = OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    whole = client.chat.completions.create(
+        model="agent-lite", messages=user(script({"text": "plain answer"})), reasoning_effort="none"
+    )
+    pieces = []
+    with client.chat.completions.create(
+        model="agent-lite", messages=user(TOOL_SCRIPT), tools=TOOLS, stream=True
+    ) as stream:
+        for chunk in stream:
+            for choice in chunk.choices:
+                for call in choice.delta.tool_calls or []:
+                    if call.function and call.function.arguments:
+                        pieces.append(call.function.arguments)
+    return {"whole": whole.choices[0].message.content, "args": "".join(pieces)}
+
+
+async def test_sync_sdk(stack: Stack) -> None:
+    result = await trio.to_thread.run_sync(sync_session, stack.v1)
+    assert result["whole"] == "plain answer"
+    assert json.loads(result["args"]) == {"city": "Paris"}
