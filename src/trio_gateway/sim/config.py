@@ -1,0 +1,67 @@
+"""The simulator's configuration: one frozen record of simple fields.
+
+Every field maps one-to-one to a CLI flag (see `cli.py`) and to a TOML key (the gateway structures
+this class with a strict cattrs converter), so fields stay plain `str`, `int`, `float`, `bool` or
+`str | None`. Defaults describe a small, fast Qwen3 deployment suitable for tests.
+"""
+
+from __future__ import annotations
+
+import attrs
+from attrs import validators as v
+
+__all__ = ["SimConfig"]
+
+_positive_int = [v.instance_of(int), v.ge(1)]
+_non_negative_int = [v.instance_of(int), v.ge(0)]
+_non_negative_float = [v.instance_of(float), v.ge(0.0)]
+
+
+def _as_float(value: float | int) -> float:
+    # A TOML or CLI `0` for a seconds field is still a number of seconds; accept ints here only.
+    if isinstance(value, bool):
+        raise TypeError("expected a number of seconds, got a bool")
+    return float(value) if isinstance(value, int) else value
+
+
+@attrs.frozen(kw_only=True)
+class SimConfig:
+    """What the simulated `vllm serve` was started with, and how fast its fake GPU is."""
+
+    # --served-model-name: the only name requests may use.
+    served_model_name: str = attrs.field(default="qwen3-32b", validator=v.instance_of(str))
+    # The weights path `vllm serve <model>` was given: shown as `root` in /v1/models only.
+    model: str = attrs.field(default="Qwen/Qwen3-32B-FP8", validator=v.instance_of(str))
+    # --max-num-seqs: sequences decoded at once; the rest wait in an unbounded FIFO.
+    max_num_seqs: int = attrs.field(default=8, validator=_positive_int)
+    # --max-model-len: prompt + output tokens of one sequence.
+    max_model_len: int = attrs.field(default=4096, validator=[*_positive_int, v.ge(2)])
+    # --api-key: when set, /v1/* needs `Authorization: Bearer <key>`.
+    api_key: str | None = attrs.field(
+        default=None,
+        validator=v.optional(v.instance_of(str)),
+        repr=lambda key: "None" if key is None else "<SECRET>",
+    )
+    # --reasoning-parser qwen3: thinking goes to `reasoning`; off, it stays in `content`.
+    reasoning_parser: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    # --enable-auto-tool-choice --tool-call-parser hermes: off, `tool_choice: "auto"` is a 400.
+    tool_call_parser: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    prefill_s_per_token: float = attrs.field(
+        default=0.00002, converter=_as_float, validator=_non_negative_float
+    )
+    decode_step_s: float = attrs.field(
+        default=0.004, converter=_as_float, validator=_non_negative_float
+    )
+    # Added per running sequence: a step slows down as the batch grows, as on a GPU.
+    decode_step_s_per_seq: float = attrs.field(
+        default=0.0002, converter=_as_float, validator=_non_negative_float
+    )
+    default_reasoning_tokens: int = attrs.field(default=8, validator=_non_negative_int)
+    default_text_tokens: int = attrs.field(default=16, validator=_non_negative_int)
+    # Block hashes the prefix cache remembers (16 tokens each), least recently used evicted.
+    prefix_cache_blocks: int = attrs.field(default=4096, validator=_non_negative_int)
+    # Real vLLM aborts a request whose client left. False simulates a server that cannot see
+    # the disconnect (keeps generating for nobody), to measure what that costs.
+    abort_on_disconnect: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    # Hypercorn's access log (one line per request) is noise in tests and benchmarks.
+    access_log: bool = attrs.field(default=False, validator=v.instance_of(bool))

@@ -1,0 +1,293 @@
+"""Pure builders for vLLM 0.32.0's wire format: stream chunks, non-stream bodies, /v1/models,
+/metrics. Key order matters to byte-comparing tests and is copied from the real transcripts in
+tests/sim/fixtures/.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from .script import FinishReason, Generation, Token
+
+__all__ = [
+    "SSE_DONE",
+    "ResponseContext",
+    "StreamRenderer",
+    "completion_body",
+    "dumps",
+    "metrics_text",
+    "models_body",
+    "sse",
+]
+
+VLLM_VERSION = "0.32.0"
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def dumps(value: Any) -> bytes:
+    # pydantic's model_dump_json: compact, UTF-8 kept as is, control characters escaped.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sse(value: Any) -> bytes:
+    return b"data: " + dumps(value) + b"\n\n"
+
+
+@attrs.frozen(kw_only=True)
+class ResponseContext:
+    """Per-response values the pure builders cannot make up themselves."""
+
+    response_id: str  # "chatcmpl-<16 hex>"
+    created: int
+    model: str
+    system_fingerprint: str
+    prompt_tokens: int
+    tool_call_ids: tuple[str, ...]  # "chatcmpl-tool-<16 hex>", one per tool call
+    include_usage: bool = False
+    continuous_usage: bool = False
+
+
+def _stream_usage(ctx: ResponseContext, completion: int, reasoning: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": ctx.prompt_tokens,
+        "total_tokens": ctx.prompt_tokens + completion,
+        "completion_tokens": completion,
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+
+
+def _delta(token: Token, ctx: ResponseContext) -> dict[str, Any] | None:
+    if token.kind == "reasoning":
+        return {"reasoning": token.text}
+    if token.kind == "content":
+        return {"content": token.text}
+    if token.kind == "tool_name":
+        call = {
+            "id": ctx.tool_call_ids[token.tool_index],
+            "type": "function",
+            "index": token.tool_index,
+            "function": {"name": token.text},
+        }
+        return {"content": None, "tool_calls": [call]}
+    if token.kind == "tool_args":
+        piece = {"index": token.tool_index, "function": {"arguments": token.text}}
+        return {"content": None, "tool_calls": [piece]}
+    return None
+
+
+class StreamRenderer:
+    """Turns "token i was generated" into SSE events, the way vLLM's serving layer does.
+
+    Pure but stateful, like an incremental encoder: feed `token(i)` for i = 0, 1, ... in order.
+    The first token also brings the `role` chunk (vLLM sends it with the first engine output,
+    so it waits behind the queue too); the last one carries `finish_reason`, merged into that
+    token's chunk when the token is visible, as a chunk with an empty delta otherwise.
+    """
+
+    def __init__(self, ctx: ResponseContext, generation: Generation) -> None:
+        self._ctx = ctx
+        self._tokens = generation.tokens
+        self._finish: FinishReason = generation.finish_reason
+        self._reasoning = 0
+
+    def _chunk(self, choice: dict[str, Any], completion: int) -> dict[str, Any]:
+        ctx = self._ctx
+        chunk: dict[str, Any] = {
+            "id": ctx.response_id,
+            "object": "chat.completion.chunk",
+            "created": ctx.created,
+            "model": ctx.model,
+            "choices": [choice],
+        }
+        if ctx.continuous_usage:
+            chunk["usage"] = _stream_usage(ctx, completion, self._reasoning)
+        return chunk
+
+    def token(self, index: int) -> list[bytes]:
+        events: list[bytes] = []
+        if index == 0:
+            first = self._chunk(
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                },
+                0,
+            )
+            first["prompt_token_ids"] = None
+            first["prompt_text"] = None
+            events.append(sse(first))
+        token = self._tokens[index]
+        if token.kind == "reasoning":
+            self._reasoning += 1
+        delta = _delta(token, self._ctx)
+        last = index == len(self._tokens) - 1
+        if not last:
+            if delta is not None:  # vLLM sends nothing for a token that shows nothing
+                choice = {
+                    "index": 0,
+                    "delta": delta,
+                    "logprobs": None,
+                    "finish_reason": None,
+                    "token_ids": None,
+                }
+                events.append(sse(self._chunk(choice, index + 1)))
+            return events
+        choice = {
+            "index": 0,
+            "delta": delta or {},
+            "logprobs": None,
+            "finish_reason": self._finish,
+            "stop_reason": None,
+            "token_ids": None,
+        }
+        final = self._chunk(choice, index + 1)
+        if not self._ctx.include_usage:
+            final["system_fingerprint"] = self._ctx.system_fingerprint
+        events.append(sse(final))
+        if self._ctx.include_usage:
+            usage_chunk = {
+                "id": self._ctx.response_id,
+                "object": "chat.completion.chunk",
+                "created": self._ctx.created,
+                "model": self._ctx.model,
+                "choices": [],
+                "usage": _stream_usage(self._ctx, index + 1, self._reasoning),
+                "system_fingerprint": self._ctx.system_fingerprint,
+            }
+            events.append(sse(usage_chunk))
+        events.append(SSE_DONE)
+        return events
+
+
+def completion_body(ctx: ResponseContext, generation: Generation, produced: int) -> dict[str, Any]:
+    """The non-stream body after `produced` tokens (all of them, unless cut short)."""
+    tokens = generation.tokens[:produced]
+    reasoning = [t.text for t in tokens if t.kind == "reasoning"]
+    content = [t.text for t in tokens if t.kind == "content"]
+    calls: dict[int, dict[str, Any]] = {}
+    for t in tokens:
+        if t.kind == "tool_name":
+            calls[t.tool_index] = {
+                "id": ctx.tool_call_ids[t.tool_index],
+                "type": "function",
+                "function": {"name": t.text, "arguments": ""},
+            }
+        elif t.kind == "tool_args" and t.tool_index in calls:
+            calls[t.tool_index]["function"]["arguments"] += t.text
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "".join(content) or None,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+    }
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    message["reasoning"] = "".join(reasoning) or None
+    return {
+        "id": ctx.response_id,
+        "object": "chat.completion",
+        "created": ctx.created,
+        "model": ctx.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": generation.finish_reason,
+                "stop_reason": None,
+                "token_ids": None,
+                "routed_experts": None,
+            }
+        ],
+        "service_tier": None,
+        "system_fingerprint": ctx.system_fingerprint,
+        "usage": {
+            "prompt_tokens": ctx.prompt_tokens,
+            "total_tokens": ctx.prompt_tokens + len(tokens),
+            "completion_tokens": len(tokens),
+            "prompt_tokens_details": None,
+            "completion_tokens_details": {"reasoning_tokens": len(reasoning)},
+        },
+        "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
+
+
+def models_body(
+    served_model_name: str, root: str, max_model_len: int, created: int
+) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": served_model_name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": root,
+                "parent": None,
+                "max_model_len": max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{served_model_name}",
+                        "object": "model_permission",
+                        "created": created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+        ],
+    }
+
+
+# (name, type, help); counters are listed by their exposed name, `_total` included.
+_METRICS: Sequence[tuple[str, str, str]] = (
+    ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches."),
+    ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed."),
+    ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage."),
+    ("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of tokens."),
+    ("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of tokens."),
+    ("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine."),
+    ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed."),
+    ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed."),
+)
+
+
+def metrics_text(model_name: str, values: dict[str, float]) -> str:
+    """Prometheus text exposition of the metrics in `values` (keyed by exposed name), plus
+    `vllm:request_success_total` by finish reason from the `success:<reason>` keys."""
+    labels = f'engine="0",model_name="{model_name}"'
+    lines: list[str] = []
+    for name, kind, help_text in _METRICS:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.append(f"{name}{{{labels}}} {float(values.get(name, 0.0))!r}")
+    name = "vllm:request_success_total"
+    lines.append(f"# HELP {name} Count of successfully processed requests.")
+    lines.append(f"# TYPE {name} counter")
+    for reason in ("stop", "length", "abort"):
+        value = float(values.get(f"success:{reason}", 0.0))
+        lines.append(
+            f'{name}{{engine="0",finished_reason="{reason}",model_name="{model_name}"}} {value!r}'
+        )
+    return "\n".join(lines) + "\n"
