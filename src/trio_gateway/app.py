@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 import secrets
 
+import trio
+
 from trio_gateway.config import GatewayConfig
 from trio_gateway.errors import GatewayError, InternalError, MethodNotAllowed, RouteNotFound
 from trio_gateway.fronts.chat import handle_chat
 from trio_gateway.fronts.http import ClientGone, Receive, Scope, Send, send_error, send_json
+from trio_gateway.metrics import CONTENT_TYPE
 from trio_gateway.pipeline import Router
 
 log = logging.getLogger("trio_gateway")
@@ -18,6 +21,7 @@ ROUTES = {
     "/v1/models": ("GET",),
     "/healthz": ("GET",),
     "/readyz": ("GET",),
+    "/metrics": ("GET",),
 }
 
 
@@ -69,9 +73,11 @@ class GatewayApp:
             elif path == "/healthz":
                 await send_json(send, 200, {"status": "ok"})
             elif path == "/readyz":
-                await send_json(
-                    send, 200, {"status": "ready", "aliases": sorted(self.config.aliases)}
-                )
+                await self._readyz(send)
+            elif path == "/metrics":
+                await self._metrics(send)
+            else:
+                raise AssertionError(f"route {path} has no handler")
         except ClientGone:
             return
         except GatewayError as exc:
@@ -81,6 +87,41 @@ class GatewayApp:
             await send_error(send, InternalError(f"internal error (request {request_id})"))
         finally:
             self.open_requests -= 1
+
+    async def _readyz(self, send: Send) -> None:
+        """Ready when every alias has a provider that is healthy or still starting."""
+        ready = self.router.ready()
+        not_ready = sorted(alias for alias, providers in ready.items() if not providers)
+        now = trio.current_time()
+        body = {
+            "status": "not_ready" if not_ready else "ready",
+            "aliases_without_provider": not_ready,
+            "providers": {
+                name: {
+                    "state": snap.state.value,
+                    "cooling_down": snap.cooling_down,
+                    "last_error": snap.last_error,
+                    "upstream_load": snap.upstream_load,
+                }
+                for name, health in self.router.health.items()
+                for snap in [health.snapshot(now)]
+            },
+        }
+        await send_json(send, 503 if not_ready else 200, body)
+
+    async def _metrics(self, send: Send) -> None:
+        payload = self.router.metrics.render()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", CONTENT_TYPE.encode()),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload, "more_body": False})
 
     def _models(self) -> dict[str, object]:
         return {

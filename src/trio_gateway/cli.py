@@ -67,6 +67,14 @@ async def _serve_until_signalled(config: GatewayConfig) -> None:
             nursery.cancel_scope.cancel()
 
 
+def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
+    """The OSErrors inside nested nursery groups."""
+    out: list[OSError] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["sim"]:
@@ -88,12 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     config = _load(args.config)
     if config is None:
         return EXIT_CONFIG
+    failed = False
     try:
         trio.run(partial(_serve_until_signalled, config))
-    except OSError as exc:
-        print(f"trio-gateway: cannot serve: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    except* OSError as group:
+        # A port in use, an address not on this host: say so, without a traceback.
+        for exc in _leaves(group):
+            print(f"trio-gateway: cannot serve: {exc}", file=sys.stderr)
+        failed = True
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -69,12 +69,23 @@ class ProviderConfig:
     connect_timeout_s: float = 5.0
     first_token_timeout_s: float = 120.0
     idle_timeout_s: float = 60.0
+    # Readiness: a real one-token generation, outside the gate.
+    probe: bool = True
+    probe_interval_s: float = 30.0
+    probe_timeout_s: float = 15.0
+    unhealthy_after: int = 3
+    healthy_after: int = 2
+    startup_grace_s: float = 600.0
 
 
 @attrs.frozen(kw_only=True)
 class AliasConfig:
     providers: tuple[ProviderConfig, ...]
+    # What a request does when every provider's gate is full: move on to the next provider
+    # (weight-0 fallbacks included), or wait in the alias's bounded queue for the first choice.
     on_saturated: OnSaturated = "spill"
+    max_queue_wait_s: float = 10.0
+    max_queued: int = 100
 
 
 @attrs.frozen(kw_only=True)
@@ -248,6 +259,10 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
     for alias_name, alias in config.aliases.items():
         if not alias.providers:
             problems.append(f"aliases.{alias_name}.providers: at least one provider is needed")
+        if alias.max_queue_wait_s < 0:
+            problems.append(f"aliases.{alias_name}.max_queue_wait_s: must be 0 or more")
+        if alias.max_queued < 0:
+            problems.append(f"aliases.{alias_name}.max_queued: must be 0 or more")
         names_here: set[str] = set()
         for i, p in enumerate(alias.providers):
             where = f"aliases.{alias_name}.providers[{i}]"
@@ -268,9 +283,20 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
                 problems.append(f"{where}.weight: must be 0 or more")
             if p.queue_timeout_s < 0:
                 problems.append(f"{where}.queue_timeout_s: must be 0 or more")
-            for key in ("connect_timeout_s", "first_token_timeout_s", "idle_timeout_s"):
+            for key in (
+                "connect_timeout_s",
+                "first_token_timeout_s",
+                "idle_timeout_s",
+                "probe_interval_s",
+                "probe_timeout_s",
+            ):
                 if getattr(p, key) <= 0:
                     problems.append(f"{where}.{key}: must be greater than 0")
+            for key in ("unhealthy_after", "healthy_after"):
+                if getattr(p, key) < 1:
+                    problems.append(f"{where}.{key}: must be at least 1")
+            if p.startup_grace_s < 0:
+                problems.append(f"{where}.startup_grace_s: must be 0 or more")
             if p.api_key_env is not None and not environ.get(p.api_key_env):
                 problems.append(
                     f"{where}.api_key_env: environment variable {p.api_key_env!r} is not set"
@@ -278,6 +304,21 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
     for sim_name, sim in config.simulators.items():
         if (err := _parse_listen(sim.listen)) is not None:
             problems.append(f"simulators.{sim_name}.listen: {err}")
+    return problems
+
+
+def _raw_secret_problems(raw: dict[str, Any], environ: Mapping[str, str]) -> list[str]:
+    problems = []
+    aliases = raw.get("aliases")
+    for alias_name, alias in aliases.items() if isinstance(aliases, dict) else ():
+        providers = alias.get("providers") if isinstance(alias, dict) else None
+        for i, provider in enumerate(providers if isinstance(providers, list) else ()):
+            env = provider.get("api_key_env") if isinstance(provider, dict) else None
+            if isinstance(env, str) and not environ.get(env):
+                problems.append(
+                    f"aliases.{alias_name}.providers[{i}].api_key_env: "
+                    f"environment variable {env!r} is not set"
+                )
     return problems
 
 
@@ -292,7 +333,8 @@ def parse_config(
         raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
     config, problems = _structural_problems(raw)
     if config is None:
-        raise ConfigError(source, problems)
+        # Value checks need the types right; missing secrets do not, and are worth knowing now.
+        raise ConfigError(source, problems + _raw_secret_problems(raw, env))
     problems = _semantic_problems(config, env)
     if problems:
         raise ConfigError(source, problems)

@@ -16,7 +16,13 @@ occur, never further in.
     │   ├── BodyTooLarge                413 body_too_large
     │   ├── ModelNotFound               404 model_not_found (unknown alias)
     │   ├── RouteNotFound               404 not_found
-    │   └── MethodNotAllowed            405 method_not_allowed
+    │   ├── MethodNotAllowed            405 method_not_allowed
+    │   └── MessageRefused              a WebSocket message refused; the socket stays open
+    │       ├── InvalidMessage          invalid_message
+    │       ├── UnknownMessageType      unknown_type
+    │       ├── MessageTooLarge         message_too_large
+    │       ├── DuplicateId             duplicate_id
+    │       └── TooManyRequests         too_many_requests (retryable)
     ├── UpstreamError                   a provider failed: the next one may be tried, 5xx
     │   ├── UpstreamUnreachable         502 upstream_unreachable
     │   ├── UpstreamTimeout             504 upstream_timeout
@@ -26,6 +32,7 @@ occur, never further in.
     │   └── UpstreamProtocolError       502 upstream_protocol_error
     ├── AllProvidersFailed              503 upstream_unavailable
     ├── Overloaded                      503 overloaded
+    ├── ShuttingDown                    503 shutting_down
     └── InternalError                   500 internal_error
 """
 
@@ -125,6 +132,43 @@ class MethodNotAllowed(RequestError):
     status = 405
 
 
+class MessageRefused(RequestError):
+    """A WebSocket message the gateway will not act on; the socket stays open.
+
+    ``message_id`` names the message's ``id`` when one could be read, so a client can tell which
+    of its requests was refused.
+    """
+
+    code = "invalid_message"
+
+    def __init__(self, message: str, *, message_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message_id = message_id
+
+
+class InvalidMessage(MessageRefused):
+    code = "invalid_message"
+
+
+class UnknownMessageType(MessageRefused):
+    code = "unknown_type"
+
+
+class MessageTooLarge(MessageRefused):
+    code = "message_too_large"
+    status = 413
+
+
+class DuplicateId(MessageRefused):
+    code = "duplicate_id"
+
+
+class TooManyRequests(MessageRefused):
+    code = "too_many_requests"
+    status = 429
+    retryable = True
+
+
 class UpstreamError(GatewayError):
     """A provider failed in a way that another provider might not."""
 
@@ -187,6 +231,14 @@ class Overloaded(GatewayError):
     """No provider had a free slot within its queue timeout."""
 
     code = "overloaded"
+    status = 503
+    retryable = True
+
+
+class ShuttingDown(GatewayError):
+    """The gateway is stopping: the answer was cut at the end of the drain, or never began."""
+
+    code = "shutting_down"
     status = 503
     retryable = True
 

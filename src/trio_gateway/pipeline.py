@@ -1,100 +1,262 @@
-"""From a validated request to a stream of events: admission, attempts and failover."""
+"""From a validated request to a stream of events: admission, attempts, spill and failover.
+
+Admission happens before anything is sent: a provider's gate (``max_inflight`` slots, one
+``trio.CapacityLimiter`` shared by every alias that names the provider) must grant a slot within
+``queue_timeout_s``, or the request spills to the next provider; an alias with
+``on_saturated = "queue"`` waits in its own bounded queue instead. A new attempt after a failure is
+allowed only while the client has seen nothing.
+"""
 
 from __future__ import annotations
 
+import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
+import attrs
 import trio
 
 from trio_gateway.config import AliasConfig
+from trio_gateway.drain import Drain
 from trio_gateway.errors import (
     AllProvidersFailed,
     GatewayError,
     Overloaded,
     RequestError,
+    UpstreamError,
+    UpstreamRateLimited,
 )
 from trio_gateway.events import Event
+from trio_gateway.health import ProviderHealth
+from trio_gateway.metrics import Metrics, ProviderGauges
 from trio_gateway.providers.upstream import Emit, Upstream
 from trio_gateway.request import ChatRequest
-from trio_gateway.routing import attempt_order, eligible_providers, resolve_alias
+from trio_gateway.routing import eligible_providers, order_by_health, resolve_alias
+
+# Without a Retry-After, a provider that said 429/529 rests this long.
+DEFAULT_COOL_DOWN_S = 1.0
+# Weight of the newest sample in a provider's moving average of time spent holding a slot.
+SERVICE_TIME_EWMA_ALPHA = 0.2
+INITIAL_SERVICE_TIME_S = 2.0
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """The providers to try for one request, in order; decided before anything is sent."""
+
+    alias: str
+    config: AliasConfig
+    upstreams: tuple[Upstream, ...]
+    router: Router
 
 
 class Router:
-    """Holds the aliases and the providers' runtime state, shared by every front."""
+    """The aliases and every provider's runtime state (gate, health), shared by all fronts."""
 
     def __init__(
         self,
         aliases: dict[str, AliasConfig],
         upstreams: Mapping[str, Upstream],
+        *,
         rng: random.Random | None = None,
     ) -> None:
         self.aliases = aliases
         self.upstreams = upstreams
+        now = trio.current_time()
+        self.health = {
+            name: ProviderHealth(upstream.config, now=now) for name, upstream in upstreams.items()
+        }
+        self.metrics = Metrics(self.gauges)
+        self.drain = Drain()
         self._rng = rng or random.Random()
+        self._queued = dict.fromkeys(aliases, 0)
+        self._service_time_s = dict.fromkeys(upstreams, INITIAL_SERVICE_TIME_S)
 
-    def plan(self, request: ChatRequest) -> list[Upstream]:
-        """The providers to try, in order. Raises before anything is sent upstream."""
+    def gauges(self) -> list[ProviderGauges]:
+        now = trio.current_time()
+        out = []
+        for name, upstream in self.upstreams.items():
+            stats = upstream.statistics()
+            health = self.health[name]
+            out.append(
+                ProviderGauges(
+                    provider=name,
+                    in_flight=stats.in_flight,
+                    queued=stats.waiting,
+                    max_inflight=stats.max_inflight,
+                    state=health.state.value,
+                    cooling_down=health.cooling_down(now),
+                    upstream_load=health.upstream_load,
+                )
+            )
+        return out
+
+    def ready(self) -> dict[str, list[str]]:
+        """Per alias, the providers that are healthy or starting (empty: not ready)."""
+        now = trio.current_time()
+        return {
+            alias: [p.name for p in config.providers if self.health[p.name].in_rotation(now)]
+            for alias, config in self.aliases.items()
+        }
+
+    def plan(self, request: ChatRequest) -> Plan:
+        """Raises (unknown alias, missing capability) before anything is sent upstream."""
         alias = resolve_alias(self.aliases, request.alias)
         eligible = eligible_providers(request.alias, alias, request.required)
-        return [self.upstreams[p.name] for p in attempt_order(eligible, self._rng)]
+        now = trio.current_time()
+        live = {p.name for p in eligible if self.health[p.name].in_rotation(now)}
+        ordered = order_by_health(eligible, live, self._rng)
+        return Plan(
+            alias=request.alias,
+            config=alias,
+            upstreams=tuple(self.upstreams[p.name] for p in ordered),
+            router=self,
+        )
+
+    def _retry_after_s(self, upstream: Upstream, waiting: int) -> float:
+        """How long until a slot is likely free: the queue ahead, served at the provider's
+        recent pace."""
+        per_slot_s = self._service_time_s[upstream.name] / upstream.config.max_inflight
+        return float(max(1, math.ceil((waiting + 1) * per_slot_s)))
+
+    def _served(self, upstream: Upstream, held_s: float) -> None:
+        old = self._service_time_s[upstream.name]
+        self._service_time_s[upstream.name] = old + SERVICE_TIME_EWMA_ALPHA * (held_s - old)
+
+    async def _admit_queued(self, plan: Plan, borrower: object) -> Upstream:
+        """``on_saturated = "queue"``: a free slot at any weight > 0 provider in the plan (that
+        shares load, it is not a spill), else wait in the alias's bounded queue for the first
+        slot that frees among them."""
+        config = plan.config
+        candidates = [u for u in plan.upstreams if u.config.weight > 0] or list(plan.upstreams)
+        for upstream in candidates:
+            try:
+                upstream.gate.acquire_on_behalf_of_nowait(borrower)
+                return upstream
+            except trio.WouldBlock:
+                pass
+        first = candidates[0]
+        if self._queued[plan.alias] >= config.max_queued:
+            self.metrics.refusals.labels(plan.alias, "queue_full").inc()
+            raise Overloaded(
+                f"alias {plan.alias!r}: queue full ({config.max_queued} waiting)",
+                retry_after_s=self._retry_after_s(first, self._queued[plan.alias]),
+            )
+        self._queued[plan.alias] += 1
+        winner: list[Upstream] = []
+        try:
+            with trio.move_on_after(config.max_queue_wait_s):
+                async with trio.open_nursery() as nursery:
+
+                    async def race(upstream: Upstream) -> None:
+                        await upstream.gate.acquire_on_behalf_of(borrower)
+                        if winner:  # lost a photo finish: give the slot back
+                            upstream.gate.release_on_behalf_of(borrower)
+                            return
+                        winner.append(upstream)
+                        nursery.cancel_scope.cancel()
+
+                    for upstream in candidates:
+                        nursery.start_soon(race, upstream)
+        finally:
+            self._queued[plan.alias] -= 1
+        if winner:
+            return winner[0]
+        self.metrics.refusals.labels(plan.alias, "queue_timeout").inc()
+        raise Overloaded(
+            f"alias {plan.alias!r}: no slot within {config.max_queue_wait_s:g} s",
+            retry_after_s=self._retry_after_s(first, self._queued[plan.alias]),
+        )
+
+    async def run(self, request: ChatRequest, plan: Plan, emit: Emit) -> None:
+        """Try each provider in turn until one answers.
+
+        Errors that are the request's fault go back at once: the next provider would say the
+        same. Once anything was emitted, an error goes to the client as it is.
+        """
+        borrower = object()
+        failures: list[GatewayError] = []
+        pre_admitted: Upstream | None = None
+        if plan.config.on_saturated == "queue":
+            pre_admitted = await self._admit_queued(plan, borrower)
+        order = list(plan.upstreams)
+        if pre_admitted is not None:
+            order.remove(pre_admitted)
+            order.insert(0, pre_admitted)
+        previous: Upstream | None = None
+        for upstream in order:
+            if previous is not None:
+                # Saturation moves a request (a spill); a failure moves an attempt (failover).
+                moves = self.metrics.spills if isinstance(failures[-1], Overloaded) else None
+                moves = moves or self.metrics.failovers
+                moves.labels(plan.alias, previous.name, upstream.name).inc()
+            previous = upstream
+            if upstream is not pre_admitted and not await _acquire(upstream, borrower):
+                failures.append(
+                    Overloaded(
+                        f"{upstream.name}: all {upstream.config.max_inflight} slots busy for "
+                        f"{upstream.config.queue_timeout_s:g} s",
+                        provider=upstream.name,
+                    )
+                )
+                continue
+            emitted = False
+
+            async def tracked(event: Event) -> None:
+                nonlocal emitted
+                emitted = True
+                await emit(event)
+
+            health = self.health[upstream.name]
+            started = trio.current_time()
+            try:
+                await upstream.stream_chat(request, tracked)
+            except RequestError:
+                health.success()  # it answered, and correctly so
+                raise
+            except GatewayError as exc:
+                self._note_failure(upstream, health, exc)
+                if emitted:
+                    raise
+                failures.append(exc)
+            else:
+                health.success()
+                return
+            finally:
+                upstream.gate.release_on_behalf_of(borrower)
+                self._served(upstream, trio.current_time() - started)
+        raise self._final_error(plan, failures)
+
+    def _note_failure(self, upstream: Upstream, health: ProviderHealth, exc: GatewayError) -> None:
+        now = trio.current_time()
+        if isinstance(exc, UpstreamRateLimited):
+            # Busy, not broken: rest for as long as it asked, without counting a failure.
+            health.cool_down(now + (exc.retry_after_s or DEFAULT_COOL_DOWN_S))
+        elif isinstance(exc, UpstreamError):
+            health.failure(exc.message, now=now)
+
+    def _final_error(self, plan: Plan, failures: list[GatewayError]) -> GatewayError:
+        if failures and all(isinstance(f, Overloaded) for f in failures):
+            self.metrics.refusals.labels(plan.alias, "saturated").inc()
+            names = ", ".join(f.provider or "?" for f in failures)
+            first = plan.upstreams[0]
+            return Overloaded(
+                f"every provider of {plan.alias!r} is at capacity ({names}); retry shortly",
+                retry_after_s=self._retry_after_s(first, first.statistics().waiting),
+            )
+        if len(failures) == 1:
+            return failures[0]
+        return AllProvidersFailed(failures)
 
 
-async def _acquire(upstream: Upstream) -> bool:
+async def _acquire(upstream: Upstream, borrower: object) -> bool:
     # acquire() checkpoints first and would refuse a free slot under a zero timeout.
     try:
-        upstream.gate.acquire_nowait()
+        upstream.gate.acquire_on_behalf_of_nowait(borrower)
         return True
     except trio.WouldBlock:
         pass
     with trio.move_on_after(upstream.config.queue_timeout_s):
-        await upstream.gate.acquire()
+        await upstream.gate.acquire_on_behalf_of(borrower)
         return True
     return False
-
-
-async def run_attempts(request: ChatRequest, plan: Sequence[Upstream], emit: Emit) -> None:
-    """Try each provider in turn until one answers.
-
-    A new attempt is allowed only while nothing has been emitted: once the client has seen an
-    event, an error goes to the client as it is. Errors that are the request's fault go back at
-    once: the next provider would say the same.
-    """
-    failures: list[GatewayError] = []
-    for upstream in plan:
-        emitted = False
-
-        async def tracked(event: Event) -> None:
-            nonlocal emitted
-            emitted = True
-            await emit(event)
-
-        if not await _acquire(upstream):
-            failures.append(
-                Overloaded(
-                    f"{upstream.name}: all {upstream.config.max_inflight} slots busy for "
-                    f"{upstream.config.queue_timeout_s:g} s",
-                    provider=upstream.name,
-                )
-            )
-            continue
-        try:
-            await upstream.stream_chat(request, tracked)
-            return
-        except RequestError:
-            raise
-        except GatewayError as exc:
-            if emitted:
-                raise
-            failures.append(exc)
-        finally:
-            upstream.gate.release()
-    if failures and all(isinstance(f, Overloaded) for f in failures):
-        names = ", ".join(f.provider or "?" for f in failures)
-        raise Overloaded(
-            f"every provider of {request.alias!r} is at capacity ({names}); retry shortly",
-            retry_after_s=1.0,
-        )
-    if len(failures) == 1:
-        raise failures[0]
-    raise AllProvidersFailed(failures)

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
 
-from trio_gateway.errors import GatewayError, InternalError
-from trio_gateway.events import Event
-from trio_gateway.pipeline import run_attempts
-from trio_gateway.providers.upstream import Upstream
+from trio_gateway.drain import SHUTDOWN
+from trio_gateway.errors import GatewayError, InternalError, ShuttingDown
+from trio_gateway.events import Event, ResponseStarted, Usage
+from trio_gateway.pipeline import Plan
 from trio_gateway.request import ChatRequest
 
 log = logging.getLogger("trio_gateway")
@@ -43,11 +43,45 @@ class Outcome:
 
     cancelled: str | None = None  # CLIENT_GONE, CLIENT_STALL, or a front's own cause
     error: GatewayError | None = None
+    provider: str | None = None  # the provider whose answer the client got
+    first_event_at: float | None = None
+    usage: Usage | None = None
+
+    def observe(self, event: Event) -> None:
+        if self.first_event_at is None:
+            self.first_event_at = trio.current_time()
+        if isinstance(event, ResponseStarted):
+            self.provider = event.provider
+        elif isinstance(event, Usage):
+            self.usage = event
+
+
+def record(plan: Plan, outcome: Outcome, started_at: float) -> None:
+    """One request's metrics, whichever front served it."""
+    metrics = plan.router.metrics
+    provider = outcome.provider or (outcome.error.provider if outcome.error else None) or ""
+    if outcome.cancelled is not None:
+        result, code = "cancelled", outcome.cancelled
+        metrics.cancellations.labels(outcome.cancelled).inc()
+    elif outcome.error is not None:
+        result, code = "error", outcome.error.code
+    else:
+        result, code = "ok", ""
+    metrics.requests.labels(plan.alias, provider, result, code).inc()
+    if outcome.first_event_at is not None:
+        metrics.ttft.labels(plan.alias, provider).observe(outcome.first_event_at - started_at)
+    metrics.duration.labels(plan.alias, provider).observe(trio.current_time() - started_at)
+    usage = outcome.usage
+    if usage is not None:
+        metrics.tokens.labels(plan.alias, provider, "prompt").inc(usage.prompt_tokens)
+        metrics.tokens.labels(plan.alias, provider, "completion").inc(usage.completion_tokens)
+        if usage.reasoning_tokens:
+            metrics.tokens.labels(plan.alias, provider, "reasoning").inc(usage.reasoning_tokens)
 
 
 async def relay(
     request: ChatRequest,
-    plan: Sequence[Upstream],
+    plan: Plan,
     *,
     buffer_events: int,
     client_stall_timeout_s: float,
@@ -55,11 +89,33 @@ async def relay(
     watch: Watch | None = None,
 ) -> Outcome:
     outcome = Outcome()
+    started_at = trio.current_time()
+    try:
+        await _relay(request, plan, outcome, buffer_events, client_stall_timeout_s, consume, watch)
+    except trio.Cancelled:
+        # Cancelled from outside the request's own scope: the server is stopping.
+        outcome.cancelled = outcome.cancelled or SHUTDOWN
+        raise
+    finally:
+        record(plan, outcome, started_at)
+    return outcome
+
+
+async def _relay(
+    request: ChatRequest,
+    plan: Plan,
+    outcome: Outcome,
+    buffer_events: int,
+    client_stall_timeout_s: float,
+    consume: Consume,
+    watch: Watch | None,
+) -> None:
     send_channel, receive_channel = trio.open_memory_channel[Item](buffer_events)
     async with trio.open_nursery() as nursery:
         scope = nursery.cancel_scope
 
         async def emit(event: Event) -> None:
+            outcome.observe(event)
             try:
                 send_channel.send_nowait(event)
                 return
@@ -73,15 +129,24 @@ async def relay(
                 await trio.lowlevel.checkpoint()  # raises Cancelled: unwinds the upstream
 
         async def produce() -> None:
+            drain = plan.router.drain
             async with send_channel:
-                try:
-                    await run_attempts(request, plan, emit)
-                except GatewayError as exc:
-                    outcome.error = exc
-                    await _send_final(send_channel, exc, client_stall_timeout_s)
-                except Exception as exc:
-                    log.exception("internal error while serving %s", request.alias)
-                    error = InternalError(f"internal error: {exc.__class__.__name__}")
+                error: GatewayError | None = None
+                with drain.track() as producer:
+                    try:
+                        if drain.stopping:
+                            raise ShuttingDown("the gateway is shutting down; retry elsewhere")
+                        await plan.router.run(request, plan, emit)
+                    except GatewayError as exc:
+                        error = exc
+                    except Exception as exc:
+                        log.exception("internal error while serving %s", request.alias)
+                        error = InternalError(f"internal error: {exc.__class__.__name__}")
+                if producer.cancelled_caught:
+                    # The drain ended: the upstream is closed; tell the client, then end cleanly.
+                    outcome.cancelled = outcome.cancelled or SHUTDOWN
+                    error = ShuttingDown("the gateway shut down before the answer finished")
+                if error is not None:
                     outcome.error = error
                     await _send_final(send_channel, error, client_stall_timeout_s)
 
@@ -91,7 +156,6 @@ async def relay(
         async with receive_channel:
             await consume(receive_channel)
         scope.cancel()
-    return outcome
 
 
 async def _send_final(

@@ -85,6 +85,11 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         raise InvalidJSON(
             f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    return validate_chat_body(body)
+
+
+def validate_chat_body(body: object) -> ChatRequest:
+    """Validate a decoded chat body (the WebSocket front's ``body``, already JSON)."""
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
     alias = body.get("model")

@@ -67,3 +67,18 @@ def attempt_order(providers: Sequence[ProviderConfig], rng: random.Random) -> li
             order.append(pool.pop())
     order.extend(p for p in providers if p.weight == 0)
     return order
+
+
+def order_by_health(
+    eligible: Sequence[ProviderConfig], in_rotation: set[str], rng: random.Random
+) -> list[ProviderConfig]:
+    """Weighted choice among providers in rotation (weight > 0), then the rest of the weight > 0
+    providers by weight (unhealthy or cooling down: a last resort, not a first choice), then
+    the weight-0 fallbacks, those in rotation first."""
+    live = [p for p in eligible if p.name in in_rotation]
+    resting = [p for p in eligible if p.name not in in_rotation]
+    order = attempt_order([p for p in live if p.weight > 0], rng)
+    order += sorted((p for p in resting if p.weight > 0), key=lambda p: -p.weight)
+    order += [p for p in live if p.weight == 0]
+    order += [p for p in resting if p.weight == 0]
+    return order

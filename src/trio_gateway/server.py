@@ -20,6 +20,7 @@ from hypercorn.utils import wrap_app
 
 from trio_gateway.app import GatewayApp
 from trio_gateway.config import GatewayConfig, parse_hostport
+from trio_gateway.health import probe_service
 from trio_gateway.pipeline import Router
 from trio_gateway.providers.upstream import Upstream
 from trio_gateway.sim import SimHandle, serve_sim
@@ -29,6 +30,9 @@ log = logging.getLogger("trio_gateway")
 # The gateway's own stall deadline acts first (it frees the upstream); the kernel's drop of the
 # socket follows shortly after.
 STALL_DROP_MARGIN_S = 1.0
+# After the drain deadline cancels the answers still running, the time they get to send their
+# last error event before hypercorn closes the connections.
+DRAIN_MARGIN_S = 2.0
 
 
 @attrs.frozen
@@ -39,8 +43,14 @@ class GatewayHandle:
     simulators: dict[str, SimHandle]
 
 
-def hypercorn_config(listen: str, *, graceful_timeout_s: float) -> HypercornConfig:
+def hypercorn_config(
+    listen: str, *, graceful_timeout_s: float, websocket_max_message_bytes: int
+) -> HypercornConfig:
     config = HypercornConfig()
+    # Twice the gateway's own limit: a message somewhat too large still gets a clear refusal
+    # event from the WebSocket front; a far larger one is cut off by hypercorn (close 1009)
+    # before it is buffered whole.
+    config.websocket_max_message_size = 2 * websocket_max_message_bytes
     config.bind = [listen]
     config.accesslog = None
     # Through logging, like the rest of the gateway, not a second stream of its own.
@@ -87,13 +97,45 @@ async def serve_gateway(
         for name, provider in config.providers().items():
             client = await stack.enter_async_context(Upstream.make_client(provider))
             upstreams[name] = Upstream(provider, config.api_keys.get(name), client)
-        router = Router(config.aliases, upstreams, rng)
+        router = Router(config.aliases, upstreams, rng=rng)
+        for name, upstream in upstreams.items():
+            if upstream.config.probe:
+                await nursery.start(
+                    probe_service,
+                    name,
+                    upstream.config,
+                    router.health[name],
+                    upstream.probe,
+                    upstream.read_load,
+                )
         app = GatewayApp(config, router)
+        drain_s = config.server.drain_timeout_s
+        # hypercorn's own deadline comes after ours, so answers end with an error event and a
+        # clean end of stream rather than a cut connection.
         hc = hypercorn_config(
-            config.server.listen, graceful_timeout_s=config.server.drain_timeout_s
+            config.server.listen,
+            graceful_timeout_s=drain_s + DRAIN_MARGIN_S,
+            websocket_max_message_bytes=4 * 1024 * 1024,
         )
         stopped = trio.Event()
+        stopping = trio.Event()
 
+        async def drain_then_stop() -> None:
+            if shutdown_trigger is None:
+                await trio.sleep_forever()
+            else:
+                await shutdown_trigger()
+            router.drain.begin()
+            stopping.set()
+
+        async def end_the_drain() -> None:
+            await stopping.wait()
+            await trio.sleep(drain_s)
+            if len(router.drain):
+                log.warning("drain over: cancelling %d answers", len(router.drain))
+            router.drain.cancel_all()
+
+        nursery.start_soon(end_the_drain)
         sockets = listening_sockets(hc, stall_timeout_s=config.server.client_stall_timeout_s)
 
         async def run_app(*, task_status: trio.TaskStatus[list[str]]) -> None:
@@ -102,7 +144,7 @@ async def serve_gateway(
                     wrap_app(cast("Framework", app), hc.wsgi_max_body_size, "asgi"),
                     hc,
                     sockets=sockets,
-                    shutdown_trigger=shutdown_trigger,
+                    shutdown_trigger=drain_then_stop,
                     task_status=task_status,
                 )
             finally:

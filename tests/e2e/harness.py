@@ -36,8 +36,11 @@ def provider_toml(
     max_inflight: int = 8,
     capabilities: str = '["tools", "reasoning", "json_schema"]',
     api_key_env: str | None = "SIM_KEY",
+    probe: bool = False,
     extra: str = "",
 ) -> str:
+    """One provider entry. Probes are off unless asked for: they would add generations to
+    the simulator's counters that a test does not expect."""
     key = f'api_key_env = "{api_key_env}"\n' if api_key_env else ""
     return f"""
 [[aliases.{alias}.providers]]
@@ -48,6 +51,7 @@ model = "qwen3-32b"
 {key}max_inflight = {max_inflight}
 capabilities = {capabilities}
 weight = {weight}
+probe = {str(probe).lower()}
 {extra}
 """
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.e2e.harness import Stack, chat, script
 
@@ -154,13 +155,15 @@ async def test_invalid_tool_arguments_are_handed_on_raw(stack: Stack) -> None:
     assert call["arguments_valid"] is False
 
 
-async def test_multibyte_text_survives_the_whole_path(stack: Stack) -> None:
+@pytest.mark.parametrize("split", [False, True])
+async def test_multibyte_text_survives_the_whole_path(stack: Stack, split: bool) -> None:
+    """With ``split_utf8`` the simulator cuts its writes inside multi-byte characters."""
     text = "天气 晴朗 🌍🌧️ 👩‍💻 naïve \u2028 fin"
+    steps: list[dict[str, Any]] = [{"split_utf8": True}] if split else []
+    body = chat(script(*steps, {"text": text}), stream=True)
     async with (
         httpx.AsyncClient() as client,
-        client.stream(
-            "POST", stack.v1 + "/chat/completions", json=chat(script({"text": text}), stream=True)
-        ) as response,
+        client.stream("POST", stack.v1 + "/chat/completions", json=body) as response,
     ):
         raw = b"".join([part async for part in response.aiter_raw()])
     payloads = [line[len(b"data: ") :] for line in raw.split(b"\n") if line.startswith(b"data: ")]

@@ -101,6 +101,12 @@ def test_missing_api_key_env_is_reported() -> None:
     assert found == [f"{where}: environment variable 'VLLM_API_KEY' is not set"]
 
 
+def test_missing_secrets_are_reported_along_with_type_errors() -> None:
+    found = problems(GOOD.replace("max_inflight = 32", 'max_inflight = "8"'), environ={})
+    assert len(found) == 2, found
+    assert any("VLLM_API_KEY" in p for p in found)
+
+
 def test_all_type_errors_are_reported_together() -> None:
     text = (
         GOOD.replace("max_inflight = 32", 'max_inflight = "8"')
@@ -156,3 +162,30 @@ def test_simulator_section_is_strict() -> None:
     found = problems(text)
     assert any("simulators.s" in p and "max_num_seqs" in p for p in found), found
     assert any("simulators.s" in p and "foo" in p for p in found), found
+
+
+def test_the_documented_example_parses() -> None:
+    text = (REPO / "docs" / "configuration.md").read_text()
+    example = text.split("```toml\n")[-1].split("```")[0]
+    config = parse_config(example, environ={"VLLM_API_KEY": "k"})
+    assert set(config.aliases) == {"agent-lite", "prompt-enhance"}
+    assert config.aliases["prompt-enhance"].on_saturated == "queue"
+    assert list(config.providers()) == ["vllm-a", "vllm-b"]
+
+
+def test_the_documented_error_output_is_what_check_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = tmp_path / "gateway.toml"
+    bad.write_text(
+        GOOD.replace("max_inflight = 32", 'max_inflight = "8"')
+        .replace("weight = 100", "weight = 100\nwieght = 3")
+        .replace('"tools", ', '"tools", "reasoning", "telepathy", ', 1)
+        .replace('"reasoning", "json_schema"', '"json_schema"')
+    )
+    monkeypatch.setenv("VLLM_API_KEY", "k")
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err.replace(str(tmp_path) + "/", "")
+    documented = (REPO / "docs" / "configuration.md").read_text()
+    for line in err.strip().splitlines():
+        assert line in documented, line

@@ -7,7 +7,7 @@ import pytest
 
 from trio_gateway.config import AliasConfig, Capability, ProviderConfig
 from trio_gateway.errors import CapabilityUnavailable, ModelNotFound
-from trio_gateway.routing import attempt_order, eligible_providers, resolve_alias
+from trio_gateway.routing import attempt_order, eligible_providers, order_by_health, resolve_alias
 
 T, R, V = Capability.TOOLS, Capability.REASONING, Capability.VISION
 
@@ -57,3 +57,17 @@ def test_weights_share_traffic_and_fallbacks_come_last() -> None:
 def test_only_fallbacks_are_tried_in_order() -> None:
     order = attempt_order([provider("x", 0), provider("y", 0)], random.Random(1))
     assert [p.name for p in order] == ["x", "y"]
+
+
+def test_health_orders_live_providers_first_and_keeps_the_rest_as_last_resort() -> None:
+    providers = [
+        provider("sick", 500),
+        provider("a", 100),
+        provider("b", 100),
+        provider("fb-sick", 0),
+        provider("fb", 0),
+    ]
+    for seed in range(20):
+        order = [p.name for p in order_by_health(providers, {"a", "b", "fb"}, random.Random(seed))]
+        assert sorted(order[:2]) == ["a", "b"]
+        assert order[2:] == ["sick", "fb", "fb-sick"]

@@ -23,14 +23,18 @@ from trio_gateway.request import parse_chat_request
 from trio_gateway.sse import DONE
 
 
-async def watch_disconnect(receive: Receive, scope: trio.CancelScope, outcome: Outcome) -> None:
+async def watch_disconnect(
+    receive: Receive, scope: trio.CancelScope, outcome: Outcome, answered: trio.Event
+) -> None:
     """hypercorn never cancels the app when a client leaves (and ``send`` keeps succeeding), so
-    the only sign is ``http.disconnect`` from ``receive``."""
+    the only sign is ``http.disconnect`` from ``receive``. hypercorn also reports it once the
+    last byte of an answer is out: ``answered`` tells the two apart."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            outcome.cancelled = outcome.cancelled or CLIENT_GONE
-            scope.cancel(reason=CLIENT_GONE)
+            if not answered.is_set():
+                outcome.cancelled = outcome.cancelled or CLIENT_GONE
+                scope.cancel(reason=CLIENT_GONE)
             return
 
 
@@ -44,8 +48,10 @@ async def handle_chat(
     created = int(time.time())
     extra_headers = [(b"x-request-id", request_id.encode())]
 
+    answered = trio.Event()
+
     async def watch(scope: trio.CancelScope, outcome: Outcome) -> None:
-        await watch_disconnect(receive, scope, outcome)
+        await watch_disconnect(receive, scope, outcome, answered)
 
     if request.stream:
         encoder = ChunkEncoder(
@@ -58,6 +64,7 @@ async def handle_chat(
         async def consume_stream(channel: trio.MemoryReceiveChannel[Item]) -> None:
             first = await channel.receive()
             if isinstance(first, GatewayError):
+                answered.set()
                 await send_error(send, first, extra_headers)
                 return
             await send(
@@ -95,6 +102,7 @@ async def handle_chat(
                     pending.append(render(await channel.receive()))
                 except trio.EndOfChannel:
                     break
+            answered.set()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
         return await relay(
@@ -113,9 +121,11 @@ async def handle_chat(
     async def consume_whole(channel: trio.MemoryReceiveChannel[Item]) -> None:
         async for item in channel:
             if isinstance(item, GatewayError):
+                answered.set()
                 await send_error(send, item, extra_headers)
                 return
             accumulator.add(item)
+        answered.set()
         if accumulator.finish_reason is None:
             # The producer ended without an answer or an error: only cancellation does that.
             await send_error(send, InternalError("the answer ended early"), extra_headers)

@@ -77,6 +77,14 @@ class Upstream:
         self._headers = {"content-type": "application/json", "accept": "text/event-stream"}
         if api_key is not None:
             self._headers["authorization"] = f"Bearer {api_key.value}"
+        self._probe_request = ChatRequest(
+            alias="(probe)",
+            body={"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
+            stream=False,
+            include_usage=False,
+            reasoning=False,
+            required=frozenset(),
+        )
 
     @staticmethod
     def make_client(config: ProviderConfig) -> httpx.AsyncClient:
@@ -102,6 +110,27 @@ class Upstream:
             waiting=stats.tasks_waiting,
             max_inflight=int(stats.total_tokens),
         )
+
+    async def probe(self) -> None:
+        """A real one-token generation with thinking off: proof that the provider generates,
+        which its /health does not give. Raises a GatewayError when it does not."""
+
+        async def ignore(event: Event) -> None:
+            pass
+
+        await self.stream_chat(self._probe_request, ignore)
+
+    async def read_load(self) -> int | None:
+        """vLLM's ``GET /load`` (``--enable-server-load-tracking``): requests it holds now,
+        from every client, not only this gateway. None when the server does not offer it."""
+        root = self.config.base_url.rstrip("/").removesuffix("/v1")
+        try:
+            with trio.fail_after(self.config.connect_timeout_s):
+                response = await self._client.get(root + "/load")
+            load = response.json().get("server_load") if response.status_code == 200 else None
+        except (httpx.HTTPError, trio.TooSlowError, ValueError, AttributeError):
+            return None
+        return load if type(load) is int else None
 
     async def stream_chat(self, request: ChatRequest, emit: Emit) -> None:
         """Send ``request`` upstream and emit its events until the answer is complete.

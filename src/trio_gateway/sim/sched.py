@@ -89,6 +89,14 @@ class Scheduler:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def waiting_for_capacity(self) -> int:
+        """Sequences that would wait even at a step boundary: every slot is taken (vLLM's
+        ``reason="capacity"``). One that arrives mid-step with a slot free waits only for the
+        step to end, which a sampled gauge never shows; it is not counted."""
+        free = self._config.max_num_seqs - len(self._running)
+        return max(0, len(self._waiting) - free)
+
     def kv_cache_usage(self) -> float:
         """Fraction of the KV blocks the running sequences hold (0..1, as vLLM reports)."""
         used = sum(
@@ -98,14 +106,18 @@ class Scheduler:
         return min(1.0, used / self._kv_capacity_blocks)
 
     def reset_counters(self) -> None:
-        self.counters = Counters(max_running_seen=self.running, max_waiting_seen=self.waiting)
+        self.counters = Counters(
+            max_running_seen=self.running, max_waiting_seen=self.waiting_for_capacity
+        )
 
     # ---- changes ----
 
     def add(self, spec: SeqSpec) -> None:
         self._waiting.append(_Seq(spec=spec))
         self.counters.submitted += 1
-        self.counters.max_waiting_seen = max(self.counters.max_waiting_seen, self.waiting)
+        self.counters.max_waiting_seen = max(
+            self.counters.max_waiting_seen, self.waiting_for_capacity
+        )
 
     def mark_client_left(self, seq_id: int) -> bool:
         """Note that nobody reads this sequence any more; False if it already finished."""

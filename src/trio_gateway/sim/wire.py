@@ -5,6 +5,7 @@ tests/sim/fixtures/.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -180,9 +181,14 @@ def completion_body(ctx: ResponseContext, generation: Generation, produced: int)
             }
         elif t.kind == "tool_args" and t.tool_index in calls:
             calls[t.tool_index]["function"]["arguments"] += t.text
+    text = "".join(content)
+    if calls and not text.strip():
+        # vLLM drops whitespace-only content next to parsed tool calls (the "\n\n" Qwen3
+        # writes after </think>); a stream still sends it as content deltas.
+        text = ""
     message: dict[str, Any] = {
         "role": "assistant",
-        "content": "".join(content) or None,
+        "content": text or None,
         "refusal": None,
         "annotations": None,
         "audio": None,
@@ -225,6 +231,10 @@ def completion_body(ctx: ResponseContext, generation: Generation, produced: int)
     }
 
 
+def _hex16(seed: str) -> str:
+    return hashlib.sha256(seed.encode()).hexdigest()[:16]
+
+
 def models_body(
     served_model_name: str, root: str, max_model_len: int, created: int
 ) -> dict[str, Any]:
@@ -241,7 +251,8 @@ def models_body(
                 "max_model_len": max_model_len,
                 "permission": [
                     {
-                        "id": f"modelperm-{served_model_name}",
+                        # vLLM: "modelperm-" + 16 random hex; here derived, to stay pure.
+                        "id": "modelperm-" + _hex16(f"{served_model_name}|{root}|{created}"),
                         "object": "model_permission",
                         "created": created,
                         "allow_create_engine": False,

@@ -1,0 +1,124 @@
+"""Readiness probes against real simulators: out of rotation when down, back after restart."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import httpx
+import trio
+
+from tests.e2e.harness import (
+    FAST_SIM,
+    chat,
+    gateway_config,
+    provider_toml,
+    running_gateway,
+    running_sim,
+    wait_until,
+)
+from trio_gateway.health import State
+from trio_gateway.sim import SimHandle, serve_sim
+
+PROBES = (
+    "probe_interval_s = 0.2\nprobe_timeout_s = 1.0\nunhealthy_after = 2\nhealthy_after = 1\n"
+    "startup_grace_s = 0\nconnect_timeout_s = 0.5"
+)
+
+
+async def free_port() -> int:
+    sock = trio.socket.socket()
+    await sock.bind(("127.0.0.1", 0))
+    port: int = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+async def test_a_stopped_provider_leaves_rotation_and_comes_back_after_restart() -> None:
+    port = await free_port()
+    async with trio.open_nursery() as nursery, running_sim() as steady:
+        flaky_scope = trio.CancelScope()
+
+        async def run_flaky(*, task_status: trio.TaskStatus[SimHandle]) -> None:
+            with flaky_scope:
+                await serve_sim(FAST_SIM, port=port, task_status=task_status)
+
+        await nursery.start(run_flaky)
+        flaky_url = f"http://127.0.0.1:{port}"
+        providers = provider_toml(
+            "flaky", flaky_url, weight=1000, probe=True, extra=PROBES
+        ) + provider_toml("steady", steady.base_url, weight=1, probe=True, extra=PROBES)
+        async with running_gateway(gateway_config(providers)) as gateway:
+            health = gateway.router.health["flaky"]
+            await wait_until(lambda: health.state is State.HEALTHY)
+            url = gateway.base_url + "/v1/chat/completions"
+            async with httpx.AsyncClient() as client:
+                ready = await client.get(gateway.base_url + "/readyz")
+                assert ready.status_code == 200
+                assert ready.json()["providers"]["flaky"]["state"] == "healthy"
+                # The probe also read the simulator's /load (nothing running: 0).
+                assert ready.json()["providers"]["flaky"]["upstream_load"] == 0
+                page = (await client.get(gateway.base_url + "/metrics")).text
+                assert 'gateway_provider_upstream_load{provider="flaky"} 0.0' in page
+
+                flaky_scope.cancel()  # the flaky simulator goes away
+                stopped_at = trio.current_time()
+                await wait_until(lambda: health.state is State.UNHEALTHY, timeout_s=5)
+                # probe_interval_s times unhealthy_after, plus one probe's own time.
+                assert trio.current_time() - stopped_at < 0.2 * 2 + 1.0
+
+                before = steady.engine.stats().requests
+                for _ in range(5):
+                    assert (await client.post(url, json=chat())).status_code == 200
+                # Out of rotation: all traffic moved although flaky weighs 1000 times more.
+                assert steady.engine.stats().requests - before >= 5
+                ready = await client.get(gateway.base_url + "/readyz")
+                assert ready.status_code == 200  # steady still serves the alias
+                assert ready.json()["providers"]["flaky"]["state"] == "unhealthy"
+
+                restarted = await nursery.start(partial(serve_sim, FAST_SIM, port=port))
+                await wait_until(lambda: health.state is State.HEALTHY, timeout_s=5)
+                assert (await client.post(url, json=chat())).status_code == 200
+                assert restarted.engine.stats().requests >= 1  # probes and traffic again
+            nursery.cancel_scope.cancel()
+
+
+async def test_readyz_is_503_when_an_alias_has_no_live_provider() -> None:
+    port = await free_port()
+    providers = provider_toml("gone", f"http://127.0.0.1:{port}", probe=True, extra=PROBES)
+    async with running_gateway(gateway_config(providers)) as gateway:
+        await wait_until(lambda: gateway.router.health["gone"].state is State.UNHEALTHY)
+        async with httpx.AsyncClient() as client:
+            ready = await client.get(gateway.base_url + "/readyz")
+            live = await client.get(gateway.base_url + "/healthz")
+        assert ready.status_code == 503
+        assert ready.json()["aliases_without_provider"] == ["agent-lite"]
+        assert "cannot connect" in ready.json()["providers"]["gone"]["last_error"]
+        assert live.status_code == 200
+
+
+async def test_a_starting_provider_counts_as_ready() -> None:
+    port = await free_port()
+    providers = provider_toml(
+        "loading", f"http://127.0.0.1:{port}", probe=True, extra="startup_grace_s = 600"
+    )
+    async with running_gateway(gateway_config(providers)) as gateway:
+        async with httpx.AsyncClient() as client:
+            ready = await client.get(gateway.base_url + "/readyz")
+        assert ready.status_code == 200
+        assert ready.json()["providers"]["loading"]["state"] == "starting"
+
+
+async def test_passive_failures_on_real_traffic_count_too() -> None:
+    port = await free_port()
+    async with running_sim() as steady:
+        providers = provider_toml(
+            "dead", f"http://127.0.0.1:{port}", weight=1000, extra=PROBES.replace("0.2", "60")
+        ) + provider_toml("steady", steady.base_url, weight=1)
+        async with running_gateway(gateway_config(providers)) as gateway:
+            async with httpx.AsyncClient() as client:
+                for _ in range(3):
+                    response = await client.post(
+                        gateway.base_url + "/v1/chat/completions", json=chat()
+                    )
+                    assert response.status_code == 200  # failed over to steady
+            assert gateway.router.health["dead"].state is State.UNHEALTHY

@@ -1,0 +1,79 @@
+"""Graceful shutdown: stop accepting, let answers finish within the drain, then end the rest
+cleanly (upstream closed, an in-band shutting_down error, a proper end of stream)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import httpx
+import pytest
+import trio
+
+from tests.e2e.harness import Stack, chat, gateway_config, provider_toml, running_sim, script
+from trio_gateway.server import GatewayHandle, serve_gateway
+
+
+async def test_drain_lets_short_answers_finish_and_ends_long_ones_cleanly() -> None:
+    async with running_sim() as sim:
+        config = gateway_config(provider_toml("sim-a", sim.base_url), "drain_timeout_s = 1.0")
+        shutdown = trio.Event()
+        returned = trio.Event()
+        results: dict[str, str] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def serve(*, task_status: trio.TaskStatus[GatewayHandle]) -> None:
+                await serve_gateway(
+                    config,
+                    rng=random.Random(0),
+                    shutdown_trigger=shutdown.wait,
+                    task_status=task_status,
+                )
+                returned.set()
+
+            gateway: GatewayHandle = await nursery.start(serve)
+            url = gateway.base_url + "/v1/chat/completions"
+            both_started = trio.Semaphore(0)
+
+            async def stream(name: str, tokens: int) -> None:
+                body = chat(script({"text_tokens": tokens}), stream=True)
+                async with (
+                    httpx.AsyncClient(timeout=30) as client,
+                    client.stream("POST", url, json=body) as response,
+                ):
+                    both_started.release()
+                    results[name] = "".join([line + "\n" async for line in response.aiter_lines()])
+
+            nursery.start_soon(stream, "short", 200)  # ~0.4 s
+            nursery.start_soon(stream, "long", 50_000)  # ~100 s
+            await both_started.acquire()
+            await both_started.acquire()
+            shutdown.set()
+            stopping_at = trio.current_time()
+            with trio.fail_after(10):
+                await returned.wait()
+            took = trio.current_time() - stopping_at
+            # New connections are refused once the gateway stops accepting.
+            with pytest.raises(httpx.ConnectError):
+                async with httpx.AsyncClient() as client:
+                    await client.post(url, json=chat())
+
+        assert 1.0 <= took < 4.0
+        short = [line for line in results["short"].split("\n") if line.startswith("data: ")]
+        assert short[-1] == "data: [DONE]"
+        assert '"finish_reason":"stop"' in short[-2]
+        long_ = [line for line in results["long"].split("\n") if line.startswith("data: ")]
+        assert long_[-1] == "data: [DONE]"
+        assert json.loads(long_[-2][len("data: ") :])["error"]["code"] == "shutting_down"
+        stats = sim.engine.stats()
+        assert stats.aborts == 1
+        assert stats.tokens_generated < 50_000
+
+
+async def test_new_requests_on_open_connections_are_refused_while_draining(stack: Stack) -> None:
+    stack.gateway.router.drain.begin()
+    async with httpx.AsyncClient() as client:
+        response = await client.post(stack.v1 + "/chat/completions", json=chat())
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "shutting_down"
+    assert stack.sim.engine.stats().requests == 0
