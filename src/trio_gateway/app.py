@@ -10,7 +10,9 @@ import trio
 from trio_gateway.config import GatewayConfig
 from trio_gateway.errors import GatewayError, InternalError, MethodNotAllowed, RouteNotFound
 from trio_gateway.fronts.chat import handle_chat
+from trio_gateway.fronts.events_sse import handle_events
 from trio_gateway.fronts.http import ClientGone, Receive, Scope, Send, send_error, send_json
+from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.metrics import CONTENT_TYPE
 from trio_gateway.pipeline import Router
 
@@ -18,6 +20,7 @@ log = logging.getLogger("trio_gateway")
 
 ROUTES = {
     "/v1/chat/completions": ("POST",),
+    "/v1/events": ("POST",),
     "/v1/models": ("GET",),
     "/healthz": ("GET",),
     "/readyz": ("GET",),
@@ -35,6 +38,7 @@ class GatewayApp:
         self.router = router
         # Handlers still running, including those stuck writing to a client that stopped reading.
         self.open_requests = 0
+        self.websocket = WebSocketFront(router, config.server, config.websocket, new_request_id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -43,7 +47,10 @@ class GatewayApp:
         elif kind == "lifespan":
             await self._lifespan(receive, send)
         elif kind == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
+            if scope["path"].rstrip("/") == "/v1/ws":
+                await self.websocket.serve(receive, send)
+            else:
+                await send({"type": "websocket.close", "code": 1008})
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -68,6 +75,8 @@ class GatewayApp:
             path = path.rstrip("/")
             if path == "/v1/chat/completions":
                 await handle_chat(self.router, self.config.server, request_id, receive, send)
+            elif path == "/v1/events":
+                await handle_events(self.router, self.config.server, request_id, receive, send)
             elif path == "/v1/models":
                 await send_json(send, 200, self._models())
             elif path == "/healthz":

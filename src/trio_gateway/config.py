@@ -55,6 +55,18 @@ class ServerConfig:
 
 
 @attrs.frozen(kw_only=True)
+class WebSocketConfig:
+    """``GET /v1/ws`` limits, per socket (docs/events.md)."""
+
+    max_message_bytes: int = 4 * 1024 * 1024
+    max_requests_per_socket: int = 16
+    # Events waiting to be written; a client that lets more pile up is closed (4001).
+    max_queued_events: int = 1024
+    ping_interval_s: float = 20.0
+    ping_timeout_s: float = 20.0
+
+
+@attrs.frozen(kw_only=True)
 class ProviderConfig:
     name: str
     type: ProviderType
@@ -97,6 +109,7 @@ class SimulatorConfig:
 @attrs.frozen(kw_only=True)
 class GatewayConfig:
     server: ServerConfig = ServerConfig()
+    websocket: WebSocketConfig = WebSocketConfig()
     aliases: dict[str, AliasConfig]
     simulators: dict[str, SimulatorConfig] = attrs.field(factory=dict)
     # Not read from TOML: filled in by load, from the environment.
@@ -253,6 +266,12 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
     for key in ("client_stall_timeout_s", "drain_timeout_s"):
         if getattr(config.server, key) <= 0:
             problems.append(f"server.{key}: must be greater than 0")
+    for key in ("max_message_bytes", "max_requests_per_socket", "max_queued_events"):
+        if getattr(config.websocket, key) < 1:
+            problems.append(f"websocket.{key}: must be at least 1")
+    for key in ("ping_interval_s", "ping_timeout_s"):
+        if getattr(config.websocket, key) <= 0:
+            problems.append(f"websocket.{key}: must be greater than 0")
     if not config.aliases:
         problems.append("aliases: at least one alias is needed")
     seen: dict[str, tuple[str, ProviderConfig]] = {}

@@ -115,7 +115,7 @@ async def serve_gateway(
         hc = hypercorn_config(
             config.server.listen,
             graceful_timeout_s=drain_s + DRAIN_MARGIN_S,
-            websocket_max_message_bytes=4 * 1024 * 1024,
+            websocket_max_message_bytes=config.websocket.max_message_bytes,
         )
         stopped = trio.Event()
         stopping = trio.Event()

@@ -1,0 +1,337 @@
+"""``GET /v1/ws``: the event vocabulary over a WebSocket, many requests per socket.
+
+::
+
+    one socket (hypercorn's ASGI websocket scope)
+    ├── writer:    outbound queue → websocket.send        the only task that writes
+    ├── keepalive: {"type":"ping"} every ping_interval_s; no pong in ping_timeout_s → close 4002
+    ├── reader:    websocket.receive → parse → start or cancel requests (the handler's own task)
+    └── requests nursery
+        └── one task per request: relay() → encoder → outbound queue
+
+A request's events enter the outbound queue without waiting (``send_nowait``): a client that
+stops reading fills it, and the socket is closed with 4001 and every request on it cancelled, so
+one stalled reader never holds an upstream. Requests are cancelled through relay's ``watch``, so
+each ``Outcome`` records why (``ws_cancel``, ``client_gone``, ``client_stall``).
+
+hypercorn gives the app no way to send a protocol-level ping or to see a pong, hence the
+keepalive is application-level. Close codes sent by a client reach us as 1006 (hypercorn #127);
+nothing here depends on them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from trio_gateway.config import ServerConfig, WebSocketConfig
+from trio_gateway.errors import (
+    DuplicateId,
+    GatewayError,
+    InternalError,
+    MessageRefused,
+    TooManyRequests,
+)
+from trio_gateway.events import ResponseCancelled
+from trio_gateway.fronts.events_codec import (
+    CLOSE_KEEPALIVE_TIMEOUT,
+    CLOSE_SLOW_CONSUMER,
+    PING,
+    PONG,
+    CancelMessage,
+    EventEncoder,
+    PingMessage,
+    PongMessage,
+    RequestMessage,
+    dumps,
+    is_terminal,
+    parse_client_message,
+    refusal,
+)
+from trio_gateway.fronts.http import Receive, Send
+from trio_gateway.pipeline import Plan, Router
+from trio_gateway.relay import CLIENT_GONE, CLIENT_STALL, Item, Outcome, relay
+from trio_gateway.request import ChatRequest, validate_chat_body
+
+log = logging.getLogger("trio_gateway")
+
+WS_CANCEL = "ws_cancel"
+
+
+@attrs.frozen(kw_only=True)
+class CloseFrame:
+    code: int
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class WebSocketStats:
+    open_sockets: int
+    requests_in_flight: int
+
+
+class WebSocketFront:
+    """Serves every socket on ``/v1/ws``; holds only counters across sockets."""
+
+    def __init__(
+        self,
+        router: Router,
+        server: ServerConfig,
+        config: WebSocketConfig,
+        new_request_id: Callable[[], str],
+    ) -> None:
+        self.router = router
+        self.server = server
+        self.config = config
+        self.new_request_id = new_request_id
+        self._open_sockets = 0
+        self._requests_in_flight = 0
+
+    def statistics(self) -> WebSocketStats:
+        return WebSocketStats(
+            open_sockets=self._open_sockets, requests_in_flight=self._requests_in_flight
+        )
+
+    async def serve(self, receive: Receive, send: Send) -> None:
+        """One socket, from the handshake until it is closed by either side."""
+        if (await receive())["type"] != "websocket.connect":
+            return
+        await send({"type": "websocket.accept"})
+        self._open_sockets += 1
+        try:
+            await _Socket(self, send).run(receive)
+        finally:
+            self._open_sockets -= 1
+
+
+class _Request:
+    """One request on a socket: its names and its cancel trigger."""
+
+    def __init__(self, id: str, request_id: str) -> None:
+        self.id = id
+        self.request_id = request_id
+        self.finished = False  # its terminal event is queued: a cancel now changes nothing
+        self.cause: str | None = None
+        self._trigger = trio.Event()
+
+    def cancel(self, cause: str) -> None:
+        if self.finished or self.cause is not None:
+            return
+        self.cause = cause
+        self._trigger.set()
+
+    async def watch(self, scope: trio.CancelScope, outcome: Outcome) -> None:
+        await self._trigger.wait()
+        outcome.cancelled = outcome.cancelled or self.cause
+        scope.cancel(reason=self.cause)
+
+
+class _Socket:
+    def __init__(self, front: WebSocketFront, send: Send) -> None:
+        self._front = front
+        self._config = front.config
+        self._send = send
+        self._outbound_send, self._outbound_receive = trio.open_memory_channel[str](
+            front.config.max_queued_events
+        )
+        self._requests: dict[str, _Request] = {}
+        self._stopping = False
+        self._close: CloseFrame | None = None
+        self._pong = trio.Event()
+        self._read_scope = trio.CancelScope()
+        self._keepalive_scope = trio.CancelScope()
+        self._writer_idle: trio.CancelScope | None = None
+        self._requests_nursery: trio.Nursery | None = None
+
+    async def run(self, receive: Receive) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._write)
+            nursery.start_soon(self._keepalive)
+            async with trio.open_nursery() as requests:
+                self._requests_nursery = requests
+                with self._read_scope:
+                    await self._read(receive)
+                # The client left (or _stop already ran): nothing is left to serve.
+                self._stop(CLIENT_GONE, None)
+            # Every request has ended; the writer ends by itself after its last write.
+
+    def _stop(self, cause: str, close: CloseFrame | None) -> None:
+        """Begin closing the socket: cancel its requests, stop reading and pinging, and let
+        the writer send ``close`` (if any) instead of what is still queued."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._close = close
+        if close is not None:
+            log.info("closing a websocket: %d %s", close.code, close.reason)
+        for request in self._requests.values():
+            request.cancel(cause)
+        self._read_scope.cancel()
+        self._keepalive_scope.cancel()
+        if self._writer_idle is not None:
+            self._writer_idle.cancel()
+
+    def _enqueue(self, message: dict[str, Any]) -> None:
+        if self._stopping:
+            return
+        try:
+            self._outbound_send.send_nowait(dumps(message))
+        except trio.WouldBlock:
+            limit = self._config.max_queued_events
+            self._stop(
+                CLIENT_STALL,
+                CloseFrame(
+                    code=CLOSE_SLOW_CONSUMER,
+                    reason=f"slow consumer: more than {limit} events waiting to be sent",
+                ),
+            )
+
+    async def _write(self) -> None:
+        while not self._stopping:
+            with trio.CancelScope() as idle:
+                self._writer_idle = idle
+                text = await self._outbound_receive.receive()
+            self._writer_idle = None
+            if idle.cancelled_caught or self._stopping:
+                break
+            # hypercorn writes without a timeout; a client that stops reading blocks here until
+            # the kernel drops the connection (TCP_USER_TIMEOUT, set in server.py). Requests are
+            # not waiting on this: they queue and the queue's bound closes the socket.
+            await self._send({"type": "websocket.send", "text": text})
+        if self._close is not None:
+            with trio.move_on_after(self._front.server.client_stall_timeout_s):
+                await self._send(
+                    {
+                        "type": "websocket.close",
+                        "code": self._close.code,
+                        "reason": self._close.reason,
+                    }
+                )
+
+    async def _keepalive(self) -> None:
+        interval_s = self._config.ping_interval_s
+        timeout_s = self._config.ping_timeout_s
+        with self._keepalive_scope:
+            while True:
+                await trio.sleep(interval_s)
+                self._pong = trio.Event()
+                self._enqueue(PING)
+                with trio.move_on_after(timeout_s) as waiting:
+                    await self._pong.wait()
+                if waiting.cancelled_caught:
+                    self._stop(
+                        CLIENT_GONE,
+                        CloseFrame(
+                            code=CLOSE_KEEPALIVE_TIMEOUT,
+                            reason=f"keepalive: no pong within {timeout_s:g} s",
+                        ),
+                    )
+                    return
+
+    async def _read(self, receive: Receive) -> None:
+        while True:
+            message = await receive()
+            kind = message["type"]
+            if kind == "websocket.disconnect":
+                return
+            if kind == "websocket.receive":
+                text = message.get("text")
+                self._on_message(text if text is not None else message.get("bytes") or b"")
+
+    def _on_message(self, data: str | bytes) -> None:
+        if self._stopping:
+            return  # a message received just as the socket began to close: nothing may start
+        try:
+            parsed = parse_client_message(data, max_bytes=self._config.max_message_bytes)
+        except MessageRefused as exc:
+            self._enqueue(refusal(exc))
+            return
+        if isinstance(parsed, RequestMessage):
+            self._start(parsed)
+        elif isinstance(parsed, CancelMessage):
+            # Unknown or finished ids are ignored: a cancel may cross the answer's last event.
+            request = self._requests.get(parsed.id)
+            if request is not None:
+                request.cancel(WS_CANCEL)
+        elif isinstance(parsed, PingMessage):
+            self._enqueue(PONG)
+        elif isinstance(parsed, PongMessage):
+            self._pong.set()
+
+    def _start(self, message: RequestMessage) -> None:
+        if message.id in self._requests:
+            self._enqueue(
+                refusal(
+                    DuplicateId(
+                        f"a request with id {message.id!r} is still in flight on this socket",
+                        message_id=message.id,
+                    )
+                )
+            )
+            return
+        limit = self._config.max_requests_per_socket
+        if len(self._requests) >= limit:
+            self._enqueue(
+                refusal(
+                    TooManyRequests(
+                        f"{limit} requests are already in flight on this socket",
+                        message_id=message.id,
+                    )
+                )
+            )
+            return
+        request_id = self._front.new_request_id()
+        try:
+            request = validate_chat_body(message.body)
+            plan = self._front.router.plan(request)
+        except GatewayError as exc:
+            encoder = EventEncoder(request_id=request_id, alias=None, id=message.id)
+            self._enqueue(encoder.encode(exc))
+            return
+        entry = _Request(message.id, request_id)
+        self._requests[message.id] = entry
+        assert self._requests_nursery is not None
+        self._requests_nursery.start_soon(self._serve_request, entry, request, plan)
+
+    async def _serve_request(self, entry: _Request, request: ChatRequest, plan: Plan) -> None:
+        server = self._front.server
+        encoder = EventEncoder(request_id=entry.request_id, alias=request.alias, id=entry.id)
+
+        def finish() -> None:
+            entry.finished = True
+            self._requests.pop(entry.id, None)
+
+        async def consume(channel: trio.MemoryReceiveChannel[Item]) -> None:
+            async for item in channel:
+                if entry.finished:
+                    continue  # draining after the end; the producer stops on its own
+                self._enqueue(encoder.encode(item))
+                if is_terminal(item):
+                    finish()
+
+        self._front._requests_in_flight += 1
+        outcome: Outcome | None = None
+        try:
+            outcome = await relay(
+                request,
+                plan,
+                buffer_events=server.stream_buffer_events,
+                client_stall_timeout_s=server.client_stall_timeout_s,
+                consume=consume,
+                watch=entry.watch,
+            )
+        except Exception:
+            log.exception("websocket request %s failed", entry.request_id)
+        finally:
+            self._front._requests_in_flight -= 1
+        if entry.finished:
+            return
+        finish()
+        if outcome is not None and outcome.cancelled is not None:
+            self._enqueue(encoder.encode(ResponseCancelled(reason=outcome.cancelled)))
+        else:
+            self._enqueue(encoder.encode(InternalError("the answer ended early")))

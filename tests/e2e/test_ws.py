@@ -1,0 +1,308 @@
+"""``GET /v1/ws`` over real sockets: trio-websocket against the gateway and the simulator."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio_websocket
+
+from tests.e2e.harness import (
+    FAST_SIM,
+    Stack,
+    chat,
+    gateway_config,
+    provider_toml,
+    running_gateway,
+    running_sim,
+    script,
+    wait_until,
+)
+from tests.e2e.test_cancellation import LONG, wait_for_abort
+from trio_gateway.fronts.events_codec import TERMINAL_TYPES
+from trio_gateway.sim import SimConfig
+
+TIMEOUT_S = 10
+
+
+def ws_url(stack: Stack) -> str:
+    return stack.gateway.base_url.replace("http://", "ws://") + "/v1/ws"
+
+
+def request(id: str, content: str, **fields: Any) -> dict[str, Any]:
+    return {"type": "request", "id": id, "body": chat(content, **fields)}
+
+
+async def send(ws: trio_websocket.WebSocketConnection, message: dict[str, Any]) -> None:
+    await ws.send_message(json.dumps(message))
+
+
+async def receive(ws: trio_websocket.WebSocketConnection) -> dict[str, Any]:
+    message: dict[str, Any] = json.loads(await ws.get_message())
+    return message
+
+
+class Transcript:
+    """Events received on one socket, by the client's request id."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+
+    def add(self, event: dict[str, Any]) -> None:
+        self.by_id[event.get("id")].append(event)
+
+    def types(self, id: str) -> list[str]:
+        return [e["type"] for e in self.by_id[id]]
+
+    def text(self, id: str) -> str:
+        return "".join(e["text"] for e in self.by_id[id] if e["type"] == "text.delta")
+
+    def ended(self, id: str) -> bool:
+        return bool(self.by_id[id]) and self.by_id[id][-1]["type"] in TERMINAL_TYPES
+
+    async def read_until(self, ws: trio_websocket.WebSocketConnection, done: Any) -> None:
+        while not done():
+            self.add(await receive(ws))
+
+
+def cancellations(stack: Stack, cause: str) -> float:
+    """Requests cancelled for ``cause``, as the gateway's metrics count them."""
+    value = stack.gateway.router.metrics.registry.get_sample_value(
+        "gateway_cancellations_total", {"cause": cause}
+    )
+    return float(value or 0.0)
+
+
+@asynccontextmanager
+async def ws_stack(server: str = "", sim: SimConfig = FAST_SIM) -> AsyncIterator[Stack]:
+    """A stack with its own [server] / [websocket] settings."""
+    async with running_sim(sim) as handle:
+        config = gateway_config(provider_toml("sim-a", handle.base_url), server=server)
+        async with running_gateway(config) as gateway:
+            yield Stack(sim=handle, gateway=gateway)
+
+
+async def test_two_requests_share_a_socket_and_one_is_cancelled_alone(stack: Stack) -> None:
+    words = "alpha beta gamma delta"
+    more = " epsilon zeta eta theta"
+    steady = script({"text": words}, {"delay_s": 0.3}, {"text": more})
+    transcript = Transcript()
+    with trio.fail_after(TIMEOUT_S):
+        async with trio_websocket.open_websocket_url(ws_url(stack)) as ws:
+            await send(ws, request("long", LONG))
+            await send(ws, request("steady", steady))
+            await transcript.read_until(
+                ws,
+                lambda: (
+                    transcript.types("long").count("text.delta") >= 3
+                    and "text.delta" in transcript.types("steady")
+                ),
+            )
+            await send(ws, {"type": "cancel", "id": "long"})
+            await transcript.read_until(
+                ws, lambda: transcript.ended("long") and transcript.ended("steady")
+            )
+            # A cancel that crosses the end changes nothing and draws no reply.
+            await send(ws, {"type": "cancel", "id": "long"})
+            await send(ws, {"type": "ping"})
+            assert await receive(ws) == {"v": 1, "type": "pong"}
+    long, steady_events = transcript.by_id["long"], transcript.by_id["steady"]
+    assert long[-1]["type"] == "response.cancelled"
+    assert long[-1]["reason"] == "ws_cancel"
+    assert steady_events[-1]["type"] == "response.done"
+    assert steady_events[-1]["finish_reason"] == "stop"
+    assert transcript.text("steady") == words + more
+    assert transcript.types("steady")[0] == "response.started"
+    assert transcript.types("steady")[-2] == "usage"
+    for events in (long, steady_events):
+        assert [e["seq"] for e in events] == list(range(len(events)))
+        assert len({e["request_id"] for e in events}) == 1
+    assert long[0]["request_id"] != steady_events[0]["request_id"]
+    # The simulator saw the cancelled one abort and the other finish.
+    await wait_for_abort(stack.sim)
+    stats = stack.sim.engine.stats()
+    assert stats.aborts == 1
+    assert stats.finished == 1
+    assert stats.tokens_generated < 1000
+    await wait_until(lambda: cancellations(stack, "ws_cancel") == 1)
+    assert cancellations(stack, "client_gone") == 0
+
+
+async def test_closing_the_socket_aborts_every_upstream_on_it(stack: Stack) -> None:
+    ids = ["a", "b", "c"]
+    transcript = Transcript()
+    front = stack.gateway.app.websocket
+    with trio.fail_after(TIMEOUT_S):
+        async with trio_websocket.open_websocket_url(ws_url(stack)) as ws:
+            for id in ids:
+                await send(ws, request(id, LONG))
+            await transcript.read_until(
+                ws, lambda: all("text.delta" in transcript.types(id) for id in ids)
+            )
+            assert front.statistics().requests_in_flight == 3
+            assert front.statistics().open_sockets == 1
+    await wait_for_abort(stack.sim, aborts=3)
+    await wait_until(lambda: cancellations(stack, "client_gone") == 3)
+    assert stack.sim.engine.stats().tokens_generated < 3000
+    upstream = stack.gateway.router.upstreams["sim-a"]
+    await wait_until(lambda: upstream.statistics().in_flight == 0, timeout_s=2)
+    await wait_until(
+        lambda: front.statistics().open_sockets == 0 and front.statistics().requests_in_flight == 0,
+        timeout_s=2,
+    )
+
+
+async def test_malformed_messages_get_an_error_and_the_socket_stays_open() -> None:
+    limits = "[websocket]\nmax_message_bytes = 2000\nmax_requests_per_socket = 2"
+    async with ws_stack(server=limits) as stack:
+        with trio.fail_after(TIMEOUT_S):
+            async with trio_websocket.open_websocket_url(ws_url(stack)) as ws:
+                transcript = Transcript()
+
+                async def refused(message: str | dict[str, Any]) -> dict[str, Any]:
+                    """The error the message drew; other requests' events meanwhile are kept."""
+                    text = message if isinstance(message, str) else json.dumps(message)
+                    await ws.send_message(text)
+                    while True:
+                        reply = await receive(ws)
+                        if reply["type"] == "error" and reply["seq"] == 0:
+                            return reply
+                        transcript.add(reply)
+
+                reply = await refused("this is not json")
+                assert (reply["code"], reply["id"], reply["request_id"]) == (
+                    "invalid_message",
+                    None,
+                    None,
+                )
+                reply = await refused({"type": "subscribe", "id": "x1"})
+                assert (reply["code"], reply["id"]) == ("unknown_type", "x1")
+                reply = await refused({"type": "request", "id": "x2", "body": ["not", "a", "dict"]})
+                assert (reply["code"], reply["id"]) == ("invalid_message", "x2")
+                reply = await refused(request("x3", "p" * 3000))
+                assert (reply["code"], reply["id"]) == ("message_too_large", "x3")
+                # A well-formed message whose body is not a valid request: that request's error.
+                reply = await refused({"type": "request", "id": "x4", "body": {"model": "m"}})
+                assert (reply["code"], reply["id"]) == ("invalid_request", "x4")
+                assert reply["request_id"] is not None
+                reply = await refused({**request("x5", "hi"), "body": chat("hi", model="nope")})
+                assert (reply["code"], reply["id"]) == ("model_not_found", "x5")
+
+                await send(ws, request("r1", LONG))
+                await send(ws, request("r2", LONG))
+                reply = await refused(request("r3", "hi"))
+                assert (reply["code"], reply["id"], reply["retryable"]) == (
+                    "too_many_requests",
+                    "r3",
+                    True,
+                )
+                # Refusing a duplicate leaves the running request with that id alone.
+                reply = await refused(request("r1", "hi"))
+                assert (reply["code"], reply["id"], reply["request_id"]) == (
+                    "duplicate_id",
+                    "r1",
+                    None,
+                )
+                for id in ("r1", "r2"):
+                    await send(ws, {"type": "cancel", "id": id})
+                await transcript.read_until(
+                    ws,
+                    lambda: (
+                        transcript.types("r1")[-1:] == ["response.cancelled"]
+                        and transcript.ended("r2")
+                    ),
+                )
+                assert transcript.types("r2")[-1] == "response.cancelled"
+                # Still open and serving.
+                await send(ws, request("ok", script({"text": "still here"})))
+                await transcript.read_until(ws, lambda: transcript.ended("ok"))
+                assert transcript.text("ok") == "still here"
+                assert transcript.types("ok")[-1] == "response.done"
+        await wait_for_abort(stack.sim, aborts=2)
+
+
+async def test_a_socket_that_stops_reading_is_closed_4001_and_its_upstreams_freed() -> None:
+    fast = attrs.evolve(FAST_SIM, decode_step_s=0.0002, decode_step_s_per_seq=0.0)
+    # The stall deadline only bounds the kernel's drop of the connection; the queue bound acts
+    # long before, and leaves time to read the close frame.
+    settings = "client_stall_timeout_s = 10.0\n[websocket]\nmax_queued_events = 16"
+    async with ws_stack(server=settings, sim=fast) as stack, trio.open_nursery() as nursery:
+        host, port = stack.gateway.base_url.removeprefix("http://").split(":")
+        sock = trio.socket.socket()
+        # A tiny receive window: the gateway's writes block almost at once.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        await sock.connect((host, int(port)))
+        ws = await trio_websocket.wrap_client_stream(
+            nursery, trio.SocketStream(sock), host, "/v1/ws", message_queue_size=1
+        )
+        await send(ws, request("flood", script({"text_tokens": 200000})))
+        await send(ws, request("other", LONG))
+        # Never read. The queue bound must cancel both long before 200k tokens.
+        await wait_for_abort(stack.sim, aborts=2, timeout_s=20)
+        assert stack.sim.engine.stats().tokens_generated < 100000
+        assert stack.gateway.router.upstreams["sim-a"].statistics().in_flight == 0
+        await wait_until(lambda: cancellations(stack, "client_stall") == 2)
+        # Reading again drains what was already on its way, then the close frame.
+        with trio.fail_after(TIMEOUT_S), pytest.raises(trio_websocket.ConnectionClosed) as closed:
+            while True:
+                await ws.get_message()
+        assert closed.value.reason is not None
+        assert closed.value.reason.code == 4001
+        assert "slow consumer" in (closed.value.reason.reason or "")
+        await wait_until(lambda: stack.gateway.app.websocket.statistics().open_sockets == 0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_socket_that_never_answers_pings_is_closed_4002() -> None:
+    settings = "[websocket]\nping_interval_s = 0.1\nping_timeout_s = 0.2"
+    async with ws_stack(server=settings) as stack:
+        with trio.fail_after(TIMEOUT_S):
+            async with trio_websocket.open_websocket_url(ws_url(stack)) as ws:
+                await send(ws, request("r1", LONG))
+                pings = 0
+                with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+                    while True:
+                        message = await receive(ws)
+                        pings += message["type"] == "ping"
+        assert closed.value.reason is not None
+        assert closed.value.reason.code == 4002
+        assert pings == 1
+        await wait_for_abort(stack.sim)
+        await wait_until(lambda: cancellations(stack, "client_gone") == 1)
+
+
+async def test_a_socket_that_answers_pings_stays_open() -> None:
+    settings = "[websocket]\nping_interval_s = 0.05\nping_timeout_s = 0.3"
+    async with ws_stack(server=settings) as stack:
+        with trio.fail_after(TIMEOUT_S):
+            async with trio_websocket.open_websocket_url(ws_url(stack)) as ws:
+                pings = 0
+                while pings < 10:
+                    assert await receive(ws) == {"v": 1, "type": "ping"}
+                    await send(ws, {"type": "pong"})
+                    pings += 1
+                # Ten intervals later, past several ping timeouts, still serving.
+                transcript = Transcript()
+                await send(ws, request("r1", script({"text": "still here"})))
+                while not transcript.ended("r1"):
+                    message = await receive(ws)
+                    if message["type"] == "ping":
+                        await send(ws, {"type": "pong"})
+                    else:
+                        transcript.add(message)
+                assert transcript.text("r1") == "still here"
+
+
+async def test_other_websocket_paths_are_refused(stack: Stack) -> None:
+    url = stack.gateway.base_url.replace("http://", "ws://") + "/v1/elsewhere"
+    with trio.fail_after(TIMEOUT_S), pytest.raises(trio_websocket.ConnectionRejected) as rejected:
+        async with trio_websocket.open_websocket_url(url):
+            pass
+    assert rejected.value.status_code == 403
