@@ -17,6 +17,8 @@ class Drain:
     def __init__(self) -> None:
         self._producers: set[trio.CancelScope] = set()
         self.stopping = False
+        # For long-lived connections (WebSockets) that must close themselves once idle.
+        self.began = trio.Event()
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -34,8 +36,9 @@ class Drain:
     def begin(self) -> None:
         """No new answers from now on; those running go on."""
         self.stopping = True
+        self.began.set()
 
     def cancel_all(self) -> None:
-        self.stopping = True
+        self.begin()
         for scope in self._producers:
             scope.cancel(reason=SHUTDOWN)

@@ -306,3 +306,27 @@ async def test_other_websocket_paths_are_refused(stack: Stack) -> None:
         async with trio_websocket.open_websocket_url(url):
             pass
     assert rejected.value.status_code == 403
+
+
+async def test_a_draining_gateway_refuses_new_requests_then_closes_the_socket_with_1001(
+    stack: Stack,
+) -> None:
+    transcript = Transcript()
+    async with trio_websocket.open_websocket_url(ws_url(stack)) as ws:
+        with trio.fail_after(TIMEOUT_S):
+            await send(ws, request("long", LONG, stream=True))
+            await transcript.read_until(ws, lambda: "text.delta" in transcript.types("long"))
+            stack.gateway.router.drain.begin()
+            await send(ws, request("late", "hi"))
+            await transcript.read_until(ws, lambda: transcript.ended("late"))
+            assert transcript.by_id["late"][-1]["type"] == "error"
+            assert transcript.by_id["late"][-1]["code"] == "shutting_down"
+            assert not transcript.ended("long")  # still answering within the drain
+            stack.gateway.router.drain.cancel_all()  # the drain's deadline
+            await transcript.read_until(ws, lambda: transcript.ended("long"))
+            assert transcript.by_id["long"][-1]["code"] == "shutting_down"
+            with pytest.raises(trio_websocket.ConnectionClosed) as closed:
+                while True:
+                    transcript.add(await receive(ws))
+    assert closed.value.reason is not None and closed.value.reason.code == 1001
+    await wait_for_abort(stack.sim)

@@ -46,6 +46,7 @@ VERSION = 1
 MAX_ID_CHARS = 128
 
 # Close codes the gateway sends on /v1/ws besides the standard ones (docs/events.md).
+CLOSE_GOING_AWAY = 1001  # the gateway is shutting down
 CLOSE_SLOW_CONSUMER = 4001
 CLOSE_KEEPALIVE_TIMEOUT = 4002
 

@@ -29,6 +29,7 @@ import attrs
 import trio
 
 from trio_gateway.config import ServerConfig, WebSocketConfig
+from trio_gateway.drain import SHUTDOWN
 from trio_gateway.errors import (
     DuplicateId,
     GatewayError,
@@ -38,6 +39,7 @@ from trio_gateway.errors import (
 )
 from trio_gateway.events import ResponseCancelled
 from trio_gateway.fronts.events_codec import (
+    CLOSE_GOING_AWAY,
     CLOSE_KEEPALIVE_TIMEOUT,
     CLOSE_SLOW_CONSUMER,
     PING,
@@ -139,11 +141,14 @@ class _Socket:
             front.config.max_queued_events
         )
         self._requests: dict[str, _Request] = {}
+        self._idle = trio.Event()  # set whenever no request is in flight
+        self._idle.set()
         self._stopping = False
         self._close: CloseFrame | None = None
         self._pong = trio.Event()
         self._read_scope = trio.CancelScope()
         self._keepalive_scope = trio.CancelScope()
+        self._drain_scope = trio.CancelScope()
         self._writer_idle: trio.CancelScope | None = None
         self._requests_nursery: trio.Nursery | None = None
 
@@ -151,6 +156,7 @@ class _Socket:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._write)
             nursery.start_soon(self._keepalive)
+            nursery.start_soon(self._close_when_drained)
             async with trio.open_nursery() as requests:
                 self._requests_nursery = requests
                 with self._read_scope:
@@ -158,6 +164,15 @@ class _Socket:
                 # The client left (or _stop already ran): nothing is left to serve.
                 self._stop(CLIENT_GONE, None)
             # Every request has ended; the writer ends by itself after its last write.
+
+    async def _close_when_drained(self) -> None:
+        """A stopping gateway refuses new requests (``shutting_down``); once the socket's last
+        answer has ended (within the drain), the socket closes with 1001."""
+        with self._drain_scope:
+            await self._front.router.drain.began.wait()
+            while self._requests:
+                await self._idle.wait()
+            self._stop(SHUTDOWN, CloseFrame(code=CLOSE_GOING_AWAY, reason="gateway shutting down"))
 
     def _stop(self, cause: str, close: CloseFrame | None) -> None:
         """Begin closing the socket: cancel its requests, stop reading and pinging, and let
@@ -172,6 +187,7 @@ class _Socket:
             request.cancel(cause)
         self._read_scope.cancel()
         self._keepalive_scope.cancel()
+        self._drain_scope.cancel()
         if self._writer_idle is not None:
             self._writer_idle.cancel()
 
@@ -294,6 +310,8 @@ class _Socket:
             return
         entry = _Request(message.id, request_id)
         self._requests[message.id] = entry
+        if self._idle.is_set():  # a waiter on the unset one must still be woken by it
+            self._idle = trio.Event()
         assert self._requests_nursery is not None
         self._requests_nursery.start_soon(self._serve_request, entry, request, plan)
 
@@ -304,6 +322,8 @@ class _Socket:
         def finish() -> None:
             entry.finished = True
             self._requests.pop(entry.id, None)
+            if not self._requests:
+                self._idle.set()
 
         async def consume(channel: trio.MemoryReceiveChannel[Item]) -> None:
             async for item in channel:
