@@ -98,3 +98,16 @@ def test_invalid_tool_arguments_are_marked() -> None:
     [call] = acc.result()["choices"][0]["message"]["tool_calls"]
     assert call["arguments_valid"] is False
     assert call["function"]["arguments"] == '{"a": '
+
+
+def test_whitespace_before_a_tool_call_is_no_content() -> None:
+    acc = ResponseAccumulator(completion_id="c", created=1, model="m")
+    acc.add(ReasoningDelta("think"))
+    acc.add(TextDelta("\n\n"))
+    acc.add(ToolCallDone(0, "c1", "f", {}, "{}", True))
+    acc.add(ResponseDone("tool_calls"))
+    assert acc.result()["choices"][0]["message"]["content"] is None
+    plain = ResponseAccumulator(completion_id="c", created=1, model="m")
+    plain.add(TextDelta("\n\n"))
+    plain.add(ResponseDone("stop"))
+    assert plain.result()["choices"][0]["message"]["content"] == "\n\n"

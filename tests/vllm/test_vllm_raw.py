@@ -18,6 +18,7 @@ import httpx
 import pytest
 import trio
 
+from tests.vllm.helpers import metric, wait_load, wait_metric
 from tests.vllm.vllm_server import VllmServer
 
 pytestmark = pytest.mark.vllm
@@ -99,44 +100,6 @@ def finish_reasons(chunks: list[Json]) -> list[str]:
     ]
 
 
-_METRIC_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
-
-
-async def metric(root: httpx.AsyncClient, name: str, **labels: str) -> float:
-    """Sum of a metric's samples for our model (and `labels`) in /metrics."""
-    resp = await root.get("/metrics")
-    assert resp.status_code == 200
-    want = [f'{k}="{v}"' for k, v in {"model_name": "qwen3-32b", **labels}.items()]
-    total, seen = 0.0, False
-    for line in resp.text.splitlines():
-        m = _METRIC_LINE.match(line)
-        if m and m["name"] == name and all(w in (m["labels"] or "") for w in want):
-            total += float(m["value"])
-            seen = True
-    assert seen, f"{name} not in /metrics"
-    return total
-
-
-async def wait_metric(
-    root: httpx.AsyncClient, name: str, value: float, within: float, **labels: str
-) -> None:
-    """Poll /metrics until `name` equals `value` (fails after `within` seconds)."""
-    with trio.fail_after(within):
-        while True:
-            if await metric(root, name, **labels) == value:
-                return
-            await trio.sleep(0.1)
-
-
-async def wait_load(root: httpx.AsyncClient, value: int, within: float) -> None:
-    """Poll /load until it reports `value` in-flight requests."""
-    with trio.fail_after(within):
-        while True:
-            if (await root.get("/load")).json()["server_load"] == value:
-                return
-            await trio.sleep(0.1)
-
-
 # --- streaming and usage ------------------------------------------------------------------
 
 
@@ -186,6 +149,29 @@ async def test_continuous_usage_stats_puts_usage_on_every_chunk(
     )
     assert all("usage" in c for c in chunks)
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 5
+
+
+async def test_streamed_reasoning_tokens_count_deltas_not_tokens(
+    client: httpx.AsyncClient, vllm_server: VllmServer
+) -> None:
+    """Surprise: in a stream, `completion_tokens_details.reasoning_tokens` is the number of
+    reasoning *deltas*. When vLLM merges tokens into one delta (a multi-byte character split
+    over tokens; an API server behind the engine), it counts fewer than were generated; the
+    non-streamed answer counts tokens. The gateway always streams upstream, so it gets the
+    streamed count."""
+    body = chat(vllm_server, "hi", max_tokens=12, temperature=0)
+    whole = (await client.post("/chat/completions", json=body)).json()
+    assert whole["usage"]["completion_tokens_details"]["reasoning_tokens"] == 12
+    chunks, _ = await stream_chunks(
+        client, {**body, "stream": True, "stream_options": {"include_usage": True}}
+    )
+    n_deltas = sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"].get("reasoning"))
+    streamed = chunks[-1]["usage"]["completion_tokens_details"]["reasoning_tokens"]
+    assert streamed == n_deltas
+    assert chunks[-1]["usage"]["completion_tokens"] == 12
+    # Same text both ways (temperature 0); with this prompt some deltas hold several tokens.
+    assert deltas(chunks, "reasoning") == whole["choices"][0]["message"]["reasoning"]
+    assert n_deltas < 12
 
 
 # --- reasoning ------------------------------------------------------------------------------

@@ -138,9 +138,14 @@ class ResponseAccumulator:
             self.finish_reason = event.finish_reason
 
     def result(self) -> dict[str, Any]:
+        content = "".join(self._text)
+        if self._tool_calls and not content.strip():
+            # Qwen3 writes "\n\n" between </think> and a tool call; vLLM's own non-streamed
+            # answer says null there, and so does OpenAI.
+            content = ""
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": "".join(self._text) if self._text else None,
+            "content": content or None,
             "refusal": None,
         }
         if self._reasoning:
