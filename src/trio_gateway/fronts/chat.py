@@ -9,12 +9,12 @@ import trio
 from trio_gateway.config import ServerConfig
 from trio_gateway.errors import GatewayError, InternalError
 from trio_gateway.fronts.http import (
-    SSE_HEADERS,
     Receive,
     Send,
     read_body,
     send_error,
     send_json,
+    stream_sse,
 )
 from trio_gateway.fronts.openai_chunks import ChunkEncoder, ResponseAccumulator, error_chunk
 from trio_gateway.pipeline import Router
@@ -61,49 +61,13 @@ async def handle_chat(
             include_usage=request.include_usage,
         )
 
+        def render(item: Item) -> bytes:
+            if isinstance(item, GatewayError):
+                return error_chunk(item) + DONE
+            return encoder.encode(item)
+
         async def consume_stream(channel: trio.MemoryReceiveChannel[Item]) -> None:
-            first = await channel.receive()
-            if isinstance(first, GatewayError):
-                answered.set()
-                await send_error(send, first, extra_headers)
-                return
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [*SSE_HEADERS, *extra_headers],
-                }
-            )
-
-            def render(item: Item) -> bytes:
-                if isinstance(item, GatewayError):
-                    return error_chunk(item) + DONE
-                return encoder.encode(item)
-
-            pending = [render(first)]
-            while True:
-                # Batch what is already waiting into one write: fewer syscalls per token.
-                ended = False
-                while True:
-                    try:
-                        pending.append(render(channel.receive_nowait()))
-                    except trio.WouldBlock:
-                        break
-                    except trio.EndOfChannel:
-                        ended = True
-                        break
-                data = b"".join(pending)
-                pending.clear()
-                if data:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
-                if ended:
-                    break
-                try:
-                    pending.append(render(await channel.receive()))
-                except trio.EndOfChannel:
-                    break
-            answered.set()
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await stream_sse(channel, send, render=render, headers=extra_headers, answered=answered)
 
         return await relay(
             request,

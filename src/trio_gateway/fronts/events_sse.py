@@ -10,10 +10,10 @@ from __future__ import annotations
 import trio
 
 from trio_gateway.config import ServerConfig
-from trio_gateway.errors import GatewayError, InternalError
+from trio_gateway.errors import InternalError
 from trio_gateway.fronts.chat import watch_disconnect
 from trio_gateway.fronts.events_codec import EventEncoder, is_terminal, sse_frame
-from trio_gateway.fronts.http import SSE_HEADERS, Receive, Send, read_body, send_error
+from trio_gateway.fronts.http import Receive, Send, read_body, stream_sse
 from trio_gateway.pipeline import Router
 from trio_gateway.relay import Item, Outcome, relay
 from trio_gateway.request import parse_chat_request
@@ -36,55 +36,27 @@ async def handle_events(
     async def watch(scope: trio.CancelScope, outcome: Outcome) -> None:
         await watch_disconnect(receive, scope, outcome, answered)
 
+    finished = False
+
+    def render(item: Item) -> bytes:
+        nonlocal finished
+        finished = finished or is_terminal(item)
+        return sse_frame(encoder.encode(item))
+
+    def closing() -> bytes:
+        # Only cancellation ends a stream silently, and then this code is not running.
+        return b"" if finished else render(InternalError("the answer ended early"))
+
     async def consume(channel: trio.MemoryReceiveChannel[Item]) -> None:
-        try:
-            first = await channel.receive()
-        except trio.EndOfChannel:
-            first = InternalError("the answer ended before it began")
-        if isinstance(first, GatewayError):
-            answered.set()
-            await send_error(send, first, extra_headers)
-            return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [*SSE_HEADERS, EVENTS_VERSION_HEADER, *extra_headers],
-            }
+        await stream_sse(
+            channel,
+            send,
+            render=render,
+            headers=extra_headers,
+            answered=answered,
+            closing=closing,
+            extra_sse_headers=[EVENTS_VERSION_HEADER],
         )
-        finished = False
-
-        def render(item: Item) -> bytes:
-            nonlocal finished
-            finished = finished or is_terminal(item)
-            return sse_frame(encoder.encode(item))
-
-        pending = [render(first)]
-        ended = False
-        while not ended:
-            # What is already waiting goes out in one write: fewer syscalls per token.
-            while True:
-                try:
-                    pending.append(render(channel.receive_nowait()))
-                except trio.WouldBlock:
-                    break
-                except trio.EndOfChannel:
-                    ended = True
-                    break
-            if not ended and not pending:
-                try:
-                    pending.append(render(await channel.receive()))
-                except trio.EndOfChannel:
-                    ended = True
-            if ended and not finished:
-                # Only cancellation ends a stream silently, and then this code is not running.
-                pending.append(render(InternalError("the answer ended early")))
-            if pending:
-                data = b"".join(pending)
-                pending.clear()
-                await send({"type": "http.response.body", "body": data, "more_body": True})
-        answered.set()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     return await relay(
         request,

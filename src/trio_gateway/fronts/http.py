@@ -6,8 +6,11 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from trio_gateway.errors import BodyTooLarge, GatewayError
+import trio
+
+from trio_gateway.errors import BodyTooLarge, GatewayError, InternalError
 from trio_gateway.fronts.openai_chunks import dumps
+from trio_gateway.relay import Item
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -75,3 +78,58 @@ def header(scope: Scope, name: bytes) -> bytes | None:
         if key == name:
             return bytes(value)
     return None
+
+
+async def stream_sse(
+    channel: trio.MemoryReceiveChannel[Item],
+    send: Send,
+    *,
+    render: Callable[[Item], bytes],
+    headers: list[tuple[bytes, bytes]],
+    answered: trio.Event,
+    closing: Callable[[], bytes] = lambda: b"",
+    extra_sse_headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    """One SSE answer: the first item decides between an HTTP error and a 200 stream; then
+    every item rendered, what is already waiting joined into one write (fewer syscalls per
+    token), ``closing()`` appended once the channel ends, and ``answered`` set just before the
+    last write (hypercorn reports a disconnect after it too: that one is no cancellation)."""
+    try:
+        first = await channel.receive()
+    except trio.EndOfChannel:
+        first = InternalError("the answer ended before it began")
+    if isinstance(first, GatewayError):
+        answered.set()
+        await send_error(send, first, headers)
+        return
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [*SSE_HEADERS, *(extra_sse_headers or []), *headers],
+        }
+    )
+    pending = [render(first)]
+    ended = False
+    while not ended:
+        while True:
+            try:
+                pending.append(render(channel.receive_nowait()))
+            except trio.WouldBlock:
+                break
+            except trio.EndOfChannel:
+                ended = True
+                break
+        if not ended and not pending:
+            try:
+                pending.append(render(await channel.receive()))
+            except trio.EndOfChannel:
+                ended = True
+        if ended:
+            pending.append(closing())
+        data = b"".join(pending)
+        pending.clear()
+        if data:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+    answered.set()
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -144,6 +144,7 @@ class _Socket:
         self._idle = trio.Event()  # set whenever no request is in flight
         self._idle.set()
         self._stopping = False
+        self._flush = False
         self._close: CloseFrame | None = None
         self._pong = trio.Event()
         self._read_scope = trio.CancelScope()
@@ -172,15 +173,21 @@ class _Socket:
             await self._front.router.drain.began.wait()
             while self._requests:
                 await self._idle.wait()
-            self._stop(SHUTDOWN, CloseFrame(code=CLOSE_GOING_AWAY, reason="gateway shutting down"))
+            self._stop(
+                SHUTDOWN,
+                CloseFrame(code=CLOSE_GOING_AWAY, reason="gateway shutting down"),
+                flush=True,
+            )
 
-    def _stop(self, cause: str, close: CloseFrame | None) -> None:
+    def _stop(self, cause: str, close: CloseFrame | None, *, flush: bool = False) -> None:
         """Begin closing the socket: cancel its requests, stop reading and pinging, and let
-        the writer send ``close`` (if any) instead of what is still queued."""
+        the writer send ``close`` (if any) instead of what is still queued, or after it with
+        ``flush`` (a graceful close: the last answers' final events must arrive)."""
         if self._stopping:
             return
         self._stopping = True
         self._close = close
+        self._flush = flush
         if close is not None:
             log.info("closing a websocket: %d %s", close.code, close.reason)
         for request in self._requests.values():
@@ -208,11 +215,14 @@ class _Socket:
 
     async def _write(self) -> None:
         while not self._stopping:
+            text: str | None = None
             with trio.CancelScope() as idle:
                 self._writer_idle = idle
                 text = await self._outbound_receive.receive()
             self._writer_idle = None
-            if idle.cancelled_caught or self._stopping:
+            # A message handed over just before _stop cancelled the wait is still ours to write
+            # when the close is graceful.
+            if text is None or (self._stopping and not self._flush):
                 break
             # hypercorn writes without a timeout; a client that stops reading blocks here until
             # the kernel drops the connection (TCP_USER_TIMEOUT, set in server.py). Requests are
@@ -220,6 +230,12 @@ class _Socket:
             await self._send({"type": "websocket.send", "text": text})
         if self._close is not None:
             with trio.move_on_after(self._front.server.client_stall_timeout_s):
+                while self._flush:
+                    try:
+                        text = self._outbound_receive.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    await self._send({"type": "websocket.send", "text": text})
                 await self._send(
                     {
                         "type": "websocket.close",
