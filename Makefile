@@ -29,6 +29,9 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
+bench: $(STAMP)
+	$(BIN)/python -m bench.cancellation $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 

@@ -1,0 +1,130 @@
+"""Child processes for benchmarks: start one, wait until it answers, always stop it.
+
+Benchmarks run the simulator, the gateway and the baseline proxy each in its own process, the way
+they run in production, so that no component's CPU time is counted against another's event loop.
+Every wait here has a deadline; every process started is stopped (SIGTERM, then SIGKILL) when its
+``with`` block ends, whatever happened inside.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import attrs
+import httpx
+
+# The interpreter running the benchmark: the project's venv when run as `.venv/bin/python -m ...`.
+PYTHON = sys.executable
+READY_TIMEOUT_S = 30.0
+READY_POLL_S = 0.05
+STOP_TIMEOUT_S = 15.0
+KILL_TIMEOUT_S = 5.0
+LOG_TAIL_LINES = 40
+
+
+class ProcessFailed(Exception):
+    """A child process did not start, or died while it was needed."""
+
+
+def free_port() -> int:
+    """A port nobody listens on right now (the kernel picks; a tiny race is accepted)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+@attrs.define
+class Child:
+    name: str
+    argv: tuple[str, ...]
+    log_path: Path
+    process: subprocess.Popen[bytes]
+    exit_code: int | None = None  # set once stopped
+    killed: bool = False  # SIGTERM was not enough
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU time used so far (Linux /proc), None if unavailable."""
+        try:
+            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        except OSError:
+            return None
+        # Fields after the command name (which may hold spaces) start at field 3.
+        fields = stat.rsplit(")", 1)[1].split()
+        utime, stime = int(fields[11]), int(fields[12])
+        return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+    def check_alive(self) -> None:
+        code = self.process.poll()
+        if code is not None:
+            raise ProcessFailed(
+                f"{self.name} exited with status {code}; last lines of {self.log_path}:\n"
+                + log_tail(self.log_path)
+            )
+
+
+def _wait_ready(child: Child, url: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=1.0, trust_env=False) as client:
+        while time.monotonic() < deadline:
+            child.check_alive()
+            try:
+                if client.get(url).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(READY_POLL_S)
+    raise ProcessFailed(f"{child.name} did not answer {url} within {timeout_s:g} s")
+
+
+def _stop(child: Child) -> None:
+    process = child.process
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            child.killed = True
+            process.kill()
+            process.wait(timeout=KILL_TIMEOUT_S)
+    child.exit_code = process.returncode
+
+
+@contextlib.contextmanager
+def running(
+    name: str,
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    ready_url: str,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+) -> Iterator[Child]:
+    """Start ``argv`` (output to ``log_path``), wait until ``ready_url`` answers 200, yield;
+    on the way out stop it, gracefully if it lets itself be stopped."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            list(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+        )
+    child = Child(name=name, argv=tuple(argv), log_path=log_path, process=process)
+    try:
+        _wait_ready(child, ready_url, ready_timeout_s)
+        yield child
+    finally:
+        _stop(child)
