@@ -34,6 +34,13 @@ async def wait_for_abort(sim: SimHandle, aborts: int = 1, timeout_s: float = 5.0
     )
 
 
+def cancellations(gateway: GatewayHandle, cause: str) -> float:
+    value = gateway.router.metrics.registry.get_sample_value(
+        "gateway_cancellations_total", {"cause": cause}
+    )
+    return float(value or 0.0)
+
+
 async def test_client_leaving_a_stream_aborts_the_upstream(stack: Stack) -> None:
     async with (
         httpx.AsyncClient() as client,
@@ -58,6 +65,7 @@ async def test_client_leaving_a_stream_aborts_the_upstream(stack: Stack) -> None
     assert stats.tokens_generated_after_client_left <= 2
     upstream = stack.gateway.router.upstreams["sim-a"]
     await wait_until(lambda: upstream.statistics().in_flight == 0, timeout_s=2)
+    await wait_until(lambda: cancellations(stack.gateway, "client_gone") == 1)
 
 
 async def test_client_leaving_a_non_streamed_request_aborts_too(stack: Stack) -> None:
@@ -134,5 +142,7 @@ async def stall_and_check(
         assert stats.tokens_generated < 200000
         upstream = gateway.router.upstreams["sim-a"]
         assert upstream.statistics().in_flight == 0
+        # The gateway's own deadline let go of the upstream, not the kernel's drop later.
+        await wait_until(lambda: cancellations(gateway, "client_stall") == 1)
         # Then the connection itself is dropped: the handler blocked on the write ends.
         await wait_until(lambda: gateway.app.open_requests == 0, timeout_s=10)

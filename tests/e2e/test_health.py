@@ -14,6 +14,7 @@ from tests.e2e.harness import (
     provider_toml,
     running_gateway,
     running_sim,
+    script,
     wait_until,
 )
 from trio_gateway.health import State
@@ -122,3 +123,34 @@ async def test_passive_failures_on_real_traffic_count_too() -> None:
                     )
                     assert response.status_code == 200  # failed over to steady
             assert gateway.router.health["dead"].state is State.UNHEALTHY
+
+
+async def test_a_saturated_provider_stays_healthy() -> None:
+    """Probes bypass the gate, and refusals are not failures: busy is not broken."""
+    async with running_sim() as sim:
+        providers = provider_toml(
+            "busy",
+            sim.base_url,
+            max_inflight=1,
+            probe=True,
+            extra=PROBES + "\nqueue_timeout_s = 0",
+        )
+        async with running_gateway(gateway_config(providers)) as gateway:
+            health = gateway.router.health["busy"]
+            await wait_until(lambda: health.state is State.HEALTHY)
+            url = gateway.base_url + "/v1/chat/completions"
+            async with httpx.AsyncClient() as client, trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    partial(client.post, url, json=chat(script({"text_tokens": 1000})))
+                )
+                upstream = gateway.router.upstreams["busy"]
+                await wait_until(lambda: upstream.statistics().in_flight == 1)
+                for _ in range(5):
+                    refused = await client.post(url, json=chat())
+                    assert refused.json()["error"]["code"] == "overloaded"
+                probes_before = sim.engine.stats().requests
+                # Two probe intervals later, probes have answered although the slot is taken.
+                await wait_until(lambda: sim.engine.stats().requests >= probes_before + 2)
+                assert health.state is State.HEALTHY
+                assert (await client.get(gateway.base_url + "/readyz")).status_code == 200
+                nursery.cancel_scope.cancel()
