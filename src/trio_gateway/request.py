@@ -75,10 +75,30 @@ def _check_positive_int(body: dict[str, Any], key: str) -> None:
         raise InvalidRequest(f"'{key}' must be a positive integer; got {value!r}", param=key)
 
 
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constants(name: str) -> object:
+    # Python's json reads NaN and Infinity; JSON has no such values, and no upstream takes them.
+    raise _NotJSON(f"{name} is not a JSON value")
+
+
+def strict_loads(raw: bytes | str) -> Any:
+    """JSON as the RFC has it: NaN and Infinity are errors, and so is nesting too deep for the
+    parser (a ValueError, not a crash)."""
+    try:
+        return json.loads(raw, parse_constant=_no_constants)
+    except RecursionError:
+        raise _NotJSON("nested too deeply") from None
+
+
 def parse_chat_request(raw: bytes) -> ChatRequest:
     """Validate a ``/v1/chat/completions`` body; raise a ``RequestError`` saying what is wrong."""
     try:
-        body = json.loads(raw)
+        body = strict_loads(raw)
+    except _NotJSON as exc:
+        raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
     except UnicodeDecodeError as exc:
         raise InvalidJSON(f"request body is not UTF-8: {exc.reason} at byte {exc.start}") from None
     except json.JSONDecodeError as exc:

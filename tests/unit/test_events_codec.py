@@ -367,3 +367,15 @@ def test_websocket_limits_have_defaults_and_are_validated() -> None:
         "websocket.ping_interval_s: must be greater than 0",
         "websocket.ping_timeout_s: must be greater than 0",
     ]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"type": "request", "id": "r1", "body": {"temperature": NaN}}',
+        '{"type": "request", "id": "r1", "body": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    ],
+)
+def test_non_json_numbers_and_deep_nesting_are_refused_not_crashes(data: str) -> None:
+    with pytest.raises(MessageRefused, match="not JSON"):
+        parse_client_message(data, max_bytes=1_000_000)

@@ -6,9 +6,11 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trio_gateway.config import Capability, ProviderConfig
-from trio_gateway.errors import ContextLengthExceeded, UpstreamProtocolError
+from trio_gateway.errors import ContextLengthExceeded, GatewayError, UpstreamProtocolError
 from trio_gateway.events import (
     Event,
     ReasoningDelta,
@@ -174,3 +176,68 @@ def test_reasoning_switch_becomes_enable_thinking(
 def test_reasoning_switch_is_not_sent_to_providers_without_reasoning() -> None:
     plain = ProviderConfig(name="p", type="openai_compatible", base_url="http://x/v1", model="m")
     assert "chat_template_kwargs" not in build_body(request(reasoning=False), plain)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "choices",
+                    "delta",
+                    "content",
+                    "reasoning",
+                    "reasoning_content",
+                    "tool_calls",
+                    "function",
+                    "name",
+                    "arguments",
+                    "index",
+                    "id",
+                    "finish_reason",
+                    "usage",
+                    "prompt_tokens",
+                    "error",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(chunks=st.lists(JSON, max_size=4))
+def test_any_chunk_gives_events_or_the_one_upstream_error(chunks: list[Any]) -> None:
+    """Whatever an upstream sends, the parser answers with events or a GatewayError (which
+    the client sees as an error), never with a crash."""
+    parser = ChunkParser("p")
+    try:
+        for chunk in chunks:
+            parser.feed(json.dumps(chunk).encode())
+        parser.feed(b"[DONE]")
+    except GatewayError:
+        pass
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        {"choices": {"0": {}}},
+        {"choices": ["x"]},
+        {"choices": [{"delta": ["x"]}]},
+        {"choices": [{"delta": {"content": 123}}]},
+        {"choices": [{"delta": {"tool_calls": {"index": 0}}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": -1}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": 10**9}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"function": {"arguments": 7}}]}}]},
+        {"choices": [{"finish_reason": 1}]},
+    ],
+)
+def test_malformed_chunks_are_protocol_errors(chunk: dict[str, Any]) -> None:
+    with pytest.raises(UpstreamProtocolError, match="malformed chunk"):
+        ChunkParser("p").feed(json.dumps(chunk).encode())

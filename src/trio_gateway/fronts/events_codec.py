@@ -40,6 +40,7 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
+from trio_gateway.request import strict_loads
 from trio_gateway.sse import encode_event
 
 VERSION = 1
@@ -223,7 +224,7 @@ def parse_client_message(data: str | bytes, *, max_bytes: int) -> ClientMessage:
             message_id=match.group(1) if match else None,
         )
     try:
-        obj = json.loads(data)
+        obj = strict_loads(data)
     except UnicodeDecodeError:
         raise InvalidMessage("message is not UTF-8") from None
     except ValueError as exc:

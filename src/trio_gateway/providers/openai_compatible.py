@@ -26,6 +26,8 @@ from trio_gateway.upstream_errors import classify_inband
 
 # Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
 IGNORED_FIELDS = frozenset({"store", "metadata", "user"})
+# More parallel tool calls than any model makes: a bound on what one answer may hold.
+MAX_TOOL_CALLS = 128
 # Fields the gateway translates itself.
 TRANSLATED_FIELDS = frozenset({"reasoning_effort", "stream_options", "stream"}) | GATEWAY_FIELDS
 
@@ -105,6 +107,8 @@ class ChunkParser:
             events.append(ResponseStarted(provider=self._provider))
         choices = chunk.get("choices")
         if choices:
+            if not isinstance(choices, list):
+                raise self._malformed("'choices' is not a list")
             self._choice(choices[0], events)
         usage = chunk.get("usage")
         # With continuous usage stats every chunk carries usage; only the closing one
@@ -113,30 +117,61 @@ class ChunkParser:
             events.append(parse_usage(usage))
         return events
 
-    def _choice(self, choice: dict[str, Any], events: list[Event]) -> None:
+    def _malformed(self, what: str) -> UpstreamProtocolError:
+        return UpstreamProtocolError(
+            f"{self._provider} sent a malformed chunk: {what}", provider=self._provider
+        )
+
+    def _text(self, value: object, what: str) -> str | None:
+        if value is None or type(value) is str:
+            return value
+        raise self._malformed(f"{what} is not a string")
+
+    def _choice(self, choice: object, events: list[Event]) -> None:
+        if not isinstance(choice, dict):
+            raise self._malformed("a choice is not an object")
         delta = choice.get("delta") or {}
-        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        if not isinstance(delta, dict):
+            raise self._malformed("'delta' is not an object")
+        reasoning = self._text(delta.get("reasoning_content"), "reasoning_content") or self._text(
+            delta.get("reasoning"), "reasoning"
+        )
         if reasoning:
             events.append(ReasoningDelta(text=reasoning))
-        content = delta.get("content")
+        content = self._text(delta.get("content"), "content")
         if content:
             events.append(TextDelta(text=content))
         tool_calls = delta.get("tool_calls")
         if tool_calls:
+            if not isinstance(tool_calls, list):
+                raise self._malformed("'tool_calls' is not a list")
             for fragment in tool_calls:
-                function = fragment.get("function") or {}
-                event = ToolCallDelta(
-                    index=fragment.get("index", 0),
-                    id=fragment.get("id"),
-                    name=function.get("name"),
-                    arguments=function.get("arguments") or "",
-                )
-                self._tool_calls.add(event)
-                events.append(event)
-        finish_reason = choice.get("finish_reason")
+                events.append(self._tool_call(fragment))
+        finish_reason = self._text(choice.get("finish_reason"), "finish_reason")
         if finish_reason:
             self._finish_reason = finish_reason
             events.extend(self._tool_calls.finish())
+
+    def _tool_call(self, fragment: object) -> ToolCallDelta:
+        if not isinstance(fragment, dict):
+            raise self._malformed("a tool call fragment is not an object")
+        function = fragment.get("function") or {}
+        if not isinstance(function, dict):
+            raise self._malformed("a tool call's 'function' is not an object")
+        index = fragment.get("index", 0)
+        if type(index) is not int or not 0 <= index < MAX_TOOL_CALLS:
+            raise self._malformed(f"tool call index {index!r}")
+        event = ToolCallDelta(
+            index=index,
+            id=self._text(fragment.get("id"), "a tool call id"),
+            name=self._text(function.get("name"), "a tool call name"),
+            arguments=self._text(function.get("arguments"), "tool call arguments") or "",
+        )
+        try:
+            self._tool_calls.add(event)
+        except ValueError as exc:
+            raise self._malformed(str(exc)) from None
+        return event
 
     def _finish(self) -> list[Event]:
         self._done = True
