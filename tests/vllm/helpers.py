@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import trio
@@ -21,6 +22,22 @@ PROVIDER = "vllm"
 KEY_ENV = "TRIO_GATEWAY_TEST_VLLM_KEY"
 
 _METRIC_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})? (?P<value>\S+)$")
+
+# The one tool the dialect tests call, and the regex that makes the tiny model call it (the
+# tags are written as Qwen3's added tokens: see docs/testing.md).
+WEATHER_TOOL: Any = {  # Any: the openai SDK wants its own TypedDicts
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+TOOL_CALL_RE = r'<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "x"\}\}\n</tool_call>'
 
 
 def prom_value(text: str, name: str, **labels: str) -> float | None:

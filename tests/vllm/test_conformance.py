@@ -24,6 +24,7 @@ import httpx
 import pytest
 import trio
 
+from tests.vllm.helpers import TOOL_CALL_RE, WEATHER_TOOL
 from tests.vllm.vllm_server import VllmServer
 from tests.vllm.wire_shape import Transcript, differences, signature
 from trio_gateway.sim import SimConfig, SimHandle, serve_sim
@@ -34,20 +35,7 @@ Json = dict[str, Any]
 MODEL = "qwen3-32b"
 PROMPT = "what is the weather in paris"
 NO_THINK: Json = {"chat_template_kwargs": {"enable_thinking": False}}
-WEATHER_TOOL: Json = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 TOOLS: Json = {"tools": [WEATHER_TOOL], "tool_choice": "auto"}
-TOOL_CALL_RE = r'<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "x"\}\}\n</tool_call>'
 TOOL_CALL_STEP: Json = {"tool_call": {"name": "get_weather", "arguments": {"city": "x"}}}
 # Qwen3 writes a blank line after </think>; the simulator always does.
 REASONING_RE = "<think>abc</think>\n\nhello"

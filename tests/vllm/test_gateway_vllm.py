@@ -25,6 +25,8 @@ from tests.e2e.harness import wait_until
 from tests.vllm.helpers import (
     ALIAS,
     PROVIDER,
+    TOOL_CALL_RE,
+    WEATHER_TOOL,
     metric,
     prom_value,
     vllm_gateway,
@@ -41,19 +43,6 @@ pytestmark = pytest.mark.vllm
 
 Json = dict[str, Any]
 
-WEATHER_TOOL: Any = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-TOOL_CALL_RE = r'<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "x"\}\}\n</tool_call>'
 REASONING_RE = "<think>abc</think>\n\nhello"
 PROMPT = "what is the weather in paris"
 TOO_LONG = "hello world weather " * 300  # 2400 tokens for the tiny model's tokenizer

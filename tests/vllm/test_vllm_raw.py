@@ -18,27 +18,14 @@ import httpx
 import pytest
 import trio
 
-from tests.vllm.helpers import metric, wait_load, wait_metric
+from tests.vllm.helpers import TOOL_CALL_RE, WEATHER_TOOL, metric, wait_load, wait_metric
 from tests.vllm.vllm_server import VllmServer
 
 pytestmark = pytest.mark.vllm
 
 Json = dict[str, Any]
 
-WEATHER_TOOL: Json = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
 # Regexes are matched against the generated text; the model writes the tags as added tokens.
-TOOL_CALL_RE = r'<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "x"\}\}\n</tool_call>'
 THINK_THEN_TOOL_RE = r"<think>abc</think>\n\n" + TOOL_CALL_RE
 NO_THINK: Json = {"chat_template_kwargs": {"enable_thinking": False}}
 
