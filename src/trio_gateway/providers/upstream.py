@@ -5,6 +5,7 @@ Foreign exceptions (httpx, trio timeouts) become gateway errors here and nowhere
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -22,12 +23,13 @@ from trio_gateway.errors import (
 from trio_gateway.events import Event
 from trio_gateway.providers.openai_compatible import ChunkParser, build_body
 from trio_gateway.request import ChatRequest
-from trio_gateway.sse import SSEDecoder
+from trio_gateway.sse import SSEDecodeError, SSEDecoder
 from trio_gateway.upstream_errors import classify_status
 
 Emit = Callable[[Event], Awaitable[None]]
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
+AFTER_DONE_GRACE_S = 1.0
 # Probes (and a slot being handed over) may briefly need connections beyond max_inflight.
 POOL_HEADROOM = 2
 
@@ -190,9 +192,11 @@ class Upstream:
                 else:
                     message = f"no first token within {config.first_token_timeout_s:g} s"
                 raise UpstreamTimeout(f"{self.name}: {message}", provider=self.name) from None
-            if parser.done:
-                continue  # drain to EOF so the connection can be reused
-            for sse in decoder.feed(chunk):
+            try:
+                sses = decoder.feed(chunk)
+            except SSEDecodeError as exc:
+                raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
+            for sse in sses:
                 if not sse.data:
                     continue
                 for event in parser.feed(sse.data):
@@ -200,8 +204,17 @@ class Upstream:
                     await emit(event)
                 if parser.done:
                     break
+            if parser.done:
+                break
+        if parser.done:
+            # The answer is whole. Read to the end of the body, briefly, so the connection can
+            # be reused; a server that lingers is not worth holding the client for.
+            with trio.move_on_after(AFTER_DONE_GRACE_S), contextlib.suppress(httpx.HTTPError):
+                async for _ in chunks:
+                    pass
+            return
         for sse in decoder.close():
-            if sse.data and not parser.done:
+            if sse.data:
                 for event in parser.feed(sse.data):
                     await emit(event)
         for event in parser.close():
