@@ -56,8 +56,10 @@ class ServerConfig:
 
 @attrs.frozen(kw_only=True)
 class WebSocketConfig:
-    """``GET /v1/ws`` limits, per socket (docs/events.md)."""
+    """``GET /v1/ws`` limits (docs/events.md)."""
 
+    # Sockets open at once on this gateway; one more is refused at the handshake (HTTP 403).
+    max_sockets: int = 1000
     max_message_bytes: int = 4 * 1024 * 1024
     max_requests_per_socket: int = 16
     # Events waiting to be written; a client that lets more pile up is closed (4001).
@@ -266,7 +268,12 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
     for key in ("client_stall_timeout_s", "drain_timeout_s"):
         if getattr(config.server, key) <= 0:
             problems.append(f"server.{key}: must be greater than 0")
-    for key in ("max_message_bytes", "max_requests_per_socket", "max_queued_events"):
+    for key in (
+        "max_sockets",
+        "max_message_bytes",
+        "max_requests_per_socket",
+        "max_queued_events",
+    ):
         if getattr(config.websocket, key) < 1:
             problems.append(f"websocket.{key}: must be at least 1")
     for key in ("ping_interval_s", "ping_timeout_s"):

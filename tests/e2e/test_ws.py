@@ -330,3 +330,29 @@ async def test_a_draining_gateway_refuses_new_requests_then_closes_the_socket_wi
                     transcript.add(await receive(ws))
     assert closed.value.reason is not None and closed.value.reason.code == 1001
     await wait_for_abort(stack.sim)
+
+
+async def test_sockets_past_max_sockets_are_refused_at_the_handshake() -> None:
+    async with ws_stack(server="[websocket]\nmax_sockets = 2") as stack:
+        url = ws_url(stack)
+        async with (
+            trio_websocket.open_websocket_url(url) as first,
+            trio_websocket.open_websocket_url(url),
+        ):
+            with (
+                trio.fail_after(TIMEOUT_S),
+                pytest.raises(trio_websocket.ConnectionRejected) as rejected,
+            ):
+                async with trio_websocket.open_websocket_url(url):
+                    pass
+            assert rejected.value.status_code == 403
+            # The sockets already open still work.
+            await send(first, request("r1", script({"text": "still here"})))
+            transcript = Transcript()
+            with trio.fail_after(TIMEOUT_S):
+                await transcript.read_until(first, lambda: transcript.ended("r1"))
+            assert transcript.text("r1") == "still here"
+        # Closed sockets free their places.
+        await wait_until(lambda: stack.gateway.app.websocket.statistics().open_sockets == 0)
+        async with trio_websocket.open_websocket_url(url):
+            pass

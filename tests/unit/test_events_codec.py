@@ -353,14 +353,14 @@ def test_websocket_limits_have_defaults_and_are_validated() -> None:
     assert (tuned.websocket.max_queued_events, tuned.websocket.ping_interval_s) == (8, 5.0)
     bad = (
         "[websocket]\nmax_message_bytes = 0\nmax_requests_per_socket = 0\n"
-        'max_queued_events = "8"\nping_interval_s = 0\nping_timeout_s = -1\nmax_sockets = 3\n'
+        'max_queued_events = "8"\nping_interval_s = 0\nping_timeout_s = -1\nmax_socket = 3\n'
     )
     with pytest.raises(ConfigError) as caught:
         parse_config(bad + ALIAS, environ={})
     assert any("websocket.max_queued_events" in p for p in caught.value.problems)
-    assert any("websocket" in p and "max_sockets" in p for p in caught.value.problems)
+    assert any("websocket" in p and "max_socket" in p for p in caught.value.problems)
     with pytest.raises(ConfigError) as caught:
-        parse_config(bad.replace('"8"', "8").replace("max_sockets = 3\n", "") + ALIAS)
+        parse_config(bad.replace('"8"', "8").replace("max_socket = 3\n", "") + ALIAS)
     assert sorted(caught.value.problems) == [
         "websocket.max_message_bytes: must be at least 1",
         "websocket.max_requests_per_socket: must be at least 1",

@@ -102,6 +102,11 @@ class WebSocketFront:
         """One socket, from the handshake until it is closed by either side."""
         if (await receive())["type"] != "websocket.connect":
             return
+        if self._open_sockets >= self.config.max_sockets:
+            # Refused before the upgrade: the client sees HTTP 403 and can try another replica.
+            log.warning("refusing a websocket: %d sockets open", self._open_sockets)
+            await send({"type": "websocket.close", "code": 1013})
+            return
         await send({"type": "websocket.accept"})
         self._open_sockets += 1
         try:
