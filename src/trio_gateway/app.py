@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from functools import partial
 
 import trio
 
@@ -13,6 +14,7 @@ from trio_gateway.fronts.chat import handle_chat
 from trio_gateway.fronts.events_sse import handle_events
 from trio_gateway.fronts.http import ClientGone, Receive, Scope, Send, send_error, send_json
 from trio_gateway.fronts.ws import WebSocketFront
+from trio_gateway.listen import Connections
 from trio_gateway.metrics import CONTENT_TYPE
 from trio_gateway.pipeline import Router
 
@@ -33,9 +35,13 @@ def new_request_id() -> str:
 
 
 class GatewayApp:
-    def __init__(self, config: GatewayConfig, router: Router) -> None:
+    def __init__(
+        self, config: GatewayConfig, router: Router, connections: Connections | None = None
+    ) -> None:
         self.config = config
         self.router = router
+        # The client connections, so a handler whose client stalled can drop its own.
+        self.connections = connections if connections is not None else Connections()
         # Handlers still running, including those stuck writing to a client that stopped reading.
         self.open_requests = 0
         self.websocket = WebSocketFront(router, config.server, config.websocket, new_request_id)
@@ -48,7 +54,9 @@ class GatewayApp:
             await self._lifespan(receive, send)
         elif kind == "websocket":
             if scope["path"].rstrip("/") == "/v1/ws":
-                await self.websocket.serve(receive, send)
+                await self.websocket.serve(
+                    receive, send, partial(self.connections.abort, scope.get("client"))
+                )
             else:
                 await send({"type": "websocket.close", "code": 1008})
 
@@ -73,10 +81,13 @@ class GatewayApp:
             if method not in methods:
                 raise MethodNotAllowed(f"{path} accepts {', '.join(methods)}, not {method}")
             path = path.rstrip("/")
+            drop = partial(self.connections.abort, scope.get("client"))
             if path == "/v1/chat/completions":
-                await handle_chat(self.router, self.config.server, request_id, receive, send)
+                await handle_chat(self.router, self.config.server, request_id, receive, send, drop)
             elif path == "/v1/events":
-                await handle_events(self.router, self.config.server, request_id, receive, send)
+                await handle_events(
+                    self.router, self.config.server, request_id, receive, send, drop
+                )
             elif path == "/v1/models":
                 await send_json(send, 200, self._models())
             elif path == "/healthz":
@@ -93,7 +104,11 @@ class GatewayApp:
             await send_error(send, exc, [(b"x-request-id", request_id.encode())])
         except Exception:
             log.exception("internal error on %s %s (request %s)", method, path, request_id)
-            await send_error(send, InternalError(f"internal error (request {request_id})"))
+            error = InternalError(
+                f"internal error (request {request_id}); the gateway's log has the details",
+                request_id=request_id,
+            )
+            await send_error(send, error, [(b"x-request-id", request_id.encode())])
         finally:
             self.open_requests -= 1
 

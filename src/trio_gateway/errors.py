@@ -27,7 +27,9 @@ occur, never further in.
     │   ├── UpstreamUnreachable         502 upstream_unreachable
     │   ├── UpstreamTimeout             504 upstream_timeout
     │   ├── UpstreamAuthFailed          502 upstream_auth_failed
-    │   ├── UpstreamRateLimited         429 upstream_rate_limited
+    │   ├── UpstreamRateLimited         429 rate_limited (Retry-After)
+    │   ├── UpstreamOverloaded          503 upstream_overloaded (Anthropic 529; Retry-After)
+    │   ├── QuotaExhausted              429 quota_exhausted (never retried on that provider)
     │   ├── UpstreamServerError         502 upstream_error
     │   └── UpstreamProtocolError       502 upstream_protocol_error
     ├── AllProvidersFailed              503 upstream_unavailable
@@ -56,12 +58,15 @@ class GatewayError(Exception):
         param: str | None = None,
         provider: str | None = None,
         retry_after_s: float | None = None,
+        request_id: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.provider = provider
         self.retry_after_s = retry_after_s
+        # Set where an answer names the request it belongs to (an internal error's only clue).
+        self.request_id = request_id
 
     def to_body(self) -> dict[str, Any]:
         """The OpenAI-shaped error body, as sent over HTTP or in-band."""
@@ -75,6 +80,8 @@ class GatewayError(Exception):
             error["provider"] = self.provider
         if self.retry_after_s is not None:
             error["retry_after_s"] = self.retry_after_s
+        if self.request_id is not None:
+            error["request_id"] = self.request_id
         return {"error": error}
 
     def headers(self) -> list[tuple[bytes, bytes]]:
@@ -190,9 +197,29 @@ class UpstreamAuthFailed(UpstreamError):
 
 
 class UpstreamRateLimited(UpstreamError):
-    code = "upstream_rate_limited"
+    """The provider asked us to slow down (429): it rests, the next provider is tried."""
+
+    code = "rate_limited"
     status = 429
     openai_type = "rate_limit_error"
+
+
+class UpstreamOverloaded(UpstreamError):
+    """The provider is busy as a whole (Anthropic 529 ``overloaded_error``, Gemini 503
+    ``UNAVAILABLE``): it rests like a rate-limited one, but the caller sees a 503."""
+
+    code = "upstream_overloaded"
+    status = 503
+
+
+class QuotaExhausted(UpstreamError):
+    """The account behind the provider has no quota left (OpenAI ``insufficient_quota``):
+    waiting does not help, so the client is not told to retry; other providers may still answer."""
+
+    code = "quota_exhausted"
+    status = 429
+    openai_type = "insufficient_quota"
+    retryable = False
 
 
 class UpstreamServerError(UpstreamError):

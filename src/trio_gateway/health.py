@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from trio_gateway.config import ProviderConfig
+from trio_gateway.errors import GatewayError
 
 log = logging.getLogger("trio_gateway.health")
 
@@ -117,6 +118,10 @@ async def probe_service(
     success, ``read_load`` notes how loaded the provider says it is.
 
     The first probe runs at once, so a gateway learns its providers' state at start-up.
+
+    Only a ``GatewayError`` (or the probe's deadline) is the provider's failure. Anything else
+    is a bug in the gateway: it is logged with its traceback, and the provider's state is left
+    as it was, since the provider did nothing wrong.
     """
     task_status.started()
     while True:
@@ -128,8 +133,10 @@ async def probe_service(
             health.failure(
                 f"probe timed out after {config.probe_timeout_s:g} s", now=trio.current_time()
             )
-        except Exception as exc:
+        except GatewayError as exc:
             health.failure(f"probe failed: {exc}", now=trio.current_time())
+        except Exception:
+            log.exception("provider %s: the readiness probe itself failed (a gateway bug)", name)
         else:
             health.success()
             health.upstream_load = await read_load()

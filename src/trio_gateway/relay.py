@@ -32,6 +32,7 @@ log = logging.getLogger("trio_gateway")
 Item = Event | GatewayError
 Consume = Callable[[trio.MemoryReceiveChannel[Item]], Awaitable[None]]
 Watch = Callable[[trio.CancelScope, "Outcome"], Awaitable[None]]
+DropConnection = Callable[[], object]
 
 CLIENT_GONE = "client_gone"
 CLIENT_STALL = "client_stall"
@@ -87,11 +88,23 @@ async def relay(
     client_stall_timeout_s: float,
     consume: Consume,
     watch: Watch | None = None,
+    drop_connection: DropConnection | None = None,
 ) -> Outcome:
+    """``drop_connection`` is called when the client stalls past ``client_stall_timeout_s``:
+    the consumer is then blocked writing to it, and only closing the connection unblocks it."""
     outcome = Outcome()
     started_at = trio.current_time()
     try:
-        await _relay(request, plan, outcome, buffer_events, client_stall_timeout_s, consume, watch)
+        await _relay(
+            request,
+            plan,
+            outcome,
+            buffer_events,
+            client_stall_timeout_s,
+            consume,
+            watch,
+            drop_connection,
+        )
     except trio.Cancelled:
         # Cancelled from outside the request's own scope: the server is stopping.
         outcome.cancelled = outcome.cancelled or SHUTDOWN
@@ -109,6 +122,7 @@ async def _relay(
     client_stall_timeout_s: float,
     consume: Consume,
     watch: Watch | None,
+    drop_connection: DropConnection | None,
 ) -> None:
     send_channel, receive_channel = trio.open_memory_channel[Item](buffer_events)
     async with trio.open_nursery() as nursery:
@@ -126,6 +140,8 @@ async def _relay(
             if stall.cancelled_caught:
                 outcome.cancelled = outcome.cancelled or CLIENT_STALL
                 scope.cancel(reason=CLIENT_STALL)
+                if drop_connection is not None:
+                    drop_connection()
                 await trio.lowlevel.checkpoint()  # raises Cancelled: unwinds the upstream
 
         async def produce() -> None:

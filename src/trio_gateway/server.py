@@ -14,13 +14,13 @@ import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
-from hypercorn.trio.run import worker_serve
 from hypercorn.typing import Framework
 from hypercorn.utils import wrap_app
 
 from trio_gateway.app import GatewayApp
 from trio_gateway.config import GatewayConfig, parse_hostport
 from trio_gateway.health import probe_service
+from trio_gateway.listen import Connections, serve_asgi
 from trio_gateway.pipeline import Router
 from trio_gateway.providers.upstream import Upstream
 from trio_gateway.sim import SimHandle, serve_sim
@@ -61,15 +61,22 @@ def hypercorn_config(
     return config
 
 
-def listening_sockets(config: HypercornConfig, *, stall_timeout_s: float) -> Sockets:
+def listening_sockets(
+    config: HypercornConfig, *, stall_timeout_s: float, kernel_stall_drop: bool = True
+) -> Sockets:
     """hypercorn writes to a client shielded and without a timeout, so a client that stops
-    reading would hold its handler forever. TCP_USER_TIMEOUT (inherited by accepted sockets)
-    makes the kernel drop a connection whose data stays unacknowledged, or stuck behind a zero
-    window, for that long; the blocked write then fails and the handler ends."""
+    reading would hold its handler forever. The gateway's stall deadline drops such a
+    connection itself (``listen.Connections``); TCP_USER_TIMEOUT (inherited by accepted sockets),
+    where the platform has it, is a second line: the kernel drops a connection whose data stays
+    unacknowledged, or stuck behind a zero window, for that long, whatever the handler does."""
     sockets = config.create_sockets()
     timeout_ms = int((stall_timeout_s + STALL_DROP_MARGIN_S) * 1000)
     for sock in sockets.insecure_sockets:
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and hasattr(socket, "TCP_USER_TIMEOUT"):
+        if (
+            kernel_stall_drop
+            and sock.family in (socket.AF_INET, socket.AF_INET6)
+            and hasattr(socket, "TCP_USER_TIMEOUT")
+        ):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_ms)
         sock.listen(config.backlog)
     return sockets
@@ -80,10 +87,13 @@ async def serve_gateway(
     *,
     rng: random.Random | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    kernel_stall_drop: bool = True,
     task_status: trio.TaskStatus[GatewayHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; or, once ``shutdown_trigger`` returns, stop accepting, let
-    running streams finish for up to ``drain_timeout_s``, then cancel what is left."""
+    running streams finish for up to ``drain_timeout_s``, then cancel what is left.
+
+    ``kernel_stall_drop=False`` leaves TCP_USER_TIMEOUT off, as on a platform without it."""
     # The pools must outlive every task that uses them: the exit stack encloses the nursery.
     async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
         simulators: dict[str, SimHandle] = {}
@@ -108,7 +118,8 @@ async def serve_gateway(
                     upstream.probe,
                     upstream.read_load,
                 )
-        app = GatewayApp(config, router)
+        connections = Connections()
+        app = GatewayApp(config, router, connections)
         drain_s = config.server.drain_timeout_s
         # hypercorn's own deadline comes after ours, so answers end with an error event and a
         # clean end of stream rather than a cut connection.
@@ -136,14 +147,19 @@ async def serve_gateway(
             router.drain.cancel_all()
 
         nursery.start_soon(end_the_drain)
-        sockets = listening_sockets(hc, stall_timeout_s=config.server.client_stall_timeout_s)
+        sockets = listening_sockets(
+            hc,
+            stall_timeout_s=config.server.client_stall_timeout_s,
+            kernel_stall_drop=kernel_stall_drop,
+        )
 
         async def run_app(*, task_status: trio.TaskStatus[list[str]]) -> None:
             try:
-                await worker_serve(
+                await serve_asgi(
                     wrap_app(cast("Framework", app), hc.wsgi_max_body_size, "asgi"),
                     hc,
-                    sockets=sockets,
+                    sockets,
+                    connections,
                     shutdown_trigger=drain_then_stop,
                     task_status=task_status,
                 )

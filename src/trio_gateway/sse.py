@@ -25,14 +25,18 @@ class SSEDecodeError(Exception):
 class SSEDecoder:
     """Feed bytes as they arrive; get back the complete events.
 
-    ``max_line_bytes`` bounds the memory one unterminated line may take.
+    ``max_line_bytes`` bounds the memory one unterminated line may take, and
+    ``max_event_bytes`` the data of one event that never ends (``data:`` lines with no blank
+    line after them): together, what the decoder keeps is at most their sum.
     """
 
-    def __init__(self, *, max_line_bytes: int = 1 << 20) -> None:
+    def __init__(self, *, max_line_bytes: int = 1 << 20, max_event_bytes: int = 1 << 20) -> None:
         self._max_line_bytes = max_line_bytes
+        self._max_event_bytes = max_event_bytes
         self._buffer = b""
         self._skip_lf = False  # the last chunk ended in CR: a following LF belongs to it
         self._data: list[bytes] = []
+        self._data_bytes = 0
         self._event: str | None = None
         self._id: str | None = None
 
@@ -84,6 +88,7 @@ class SSEDecoder:
                 id=self._id,
             )
             self._data = []
+            self._data_bytes = 0
             self._event = None
             return event
         if line[:1] == b":":
@@ -92,6 +97,10 @@ class SSEDecoder:
         if sep and value[:1] == b" ":
             value = value[1:]
         if field == b"data":
+            # Counted with the newline that will join it to the next line.
+            self._data_bytes += len(value) + 1
+            if self._data_bytes > self._max_event_bytes + 1:
+                raise SSEDecodeError(f"an SSE event exceeded {self._max_event_bytes} bytes")
             self._data.append(value)
         elif field == b"event":
             self._event = value.decode("utf-8", "replace")

@@ -70,10 +70,17 @@ async def running_sim(config: SimConfig = FAST_SIM) -> AsyncIterator[SimHandle]:
 
 
 @asynccontextmanager
-async def running_gateway(config: GatewayConfig) -> AsyncIterator[GatewayHandle]:
+async def running_gateway(
+    config: GatewayConfig, *, kernel_stall_drop: bool = True
+) -> AsyncIterator[GatewayHandle]:
     async with trio.open_nursery() as nursery:
         handle: GatewayHandle = await nursery.start(
-            lambda task_status: serve_gateway(config, rng=random.Random(0), task_status=task_status)
+            lambda task_status: serve_gateway(
+                config,
+                rng=random.Random(0),
+                kernel_stall_drop=kernel_stall_drop,
+                task_status=task_status,
+            )
         )
         yield handle
         nursery.cancel_scope.cancel()

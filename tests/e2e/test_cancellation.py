@@ -7,6 +7,7 @@ import socket
 
 import attrs
 import httpx
+import pytest
 import trio
 
 from tests.e2e.harness import (
@@ -110,14 +111,21 @@ async def test_cancelled_requests_do_not_wedge_the_pool() -> None:
             )
 
 
-async def test_a_client_that_stops_reading_is_dropped_and_its_upstream_closed() -> None:
+@pytest.mark.parametrize(
+    "kernel_stall_drop", [True, False], ids=["tcp_user_timeout", "no_tcp_user_timeout"]
+)
+async def test_a_client_that_stops_reading_is_dropped_and_its_upstream_closed(
+    kernel_stall_drop: bool,
+) -> None:
+    """With the kernel's TCP_USER_TIMEOUT off (a platform without it), only the gateway's own
+    stall deadline can release the handler blocked writing to the client."""
     fast = attrs.evolve(FAST_SIM, decode_step_s=0.0002, decode_step_s_per_seq=0.0)
     async with running_sim(fast) as sim:
         config = gateway_config(
             provider_toml("sim-a", sim.base_url),
             server="client_stall_timeout_s = 0.5\nstream_buffer_events = 8",
         )
-        async with running_gateway(config) as gateway:
+        async with running_gateway(config, kernel_stall_drop=kernel_stall_drop) as gateway:
             host, port = gateway.base_url.removeprefix("http://").split(":")
             sock = trio.socket.socket()
             # A tiny receive window: the gateway's writes block almost at once.
@@ -144,5 +152,7 @@ async def stall_and_check(
         assert upstream.statistics().in_flight == 0
         # The gateway's own deadline let go of the upstream, not the kernel's drop later.
         await wait_until(lambda: cancellations(gateway, "client_stall") == 1)
-        # Then the connection itself is dropped: the handler blocked on the write ends.
+        # Then the connection itself is dropped: the handler blocked on the write ends, well
+        # before the kernel would have given up (TCP_USER_TIMEOUT = stall + 1 s).
         await wait_until(lambda: gateway.app.open_requests == 0, timeout_s=10)
+        assert len(gateway.app.connections) == 0

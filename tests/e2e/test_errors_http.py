@@ -150,3 +150,23 @@ async def test_upstream_5xx_before_streaming_is_an_http_error(stack: Stack) -> N
     error = error_of(response)
     assert error["code"] == "upstream_error"
     assert "engine dead" in error["message"]
+
+
+async def test_an_internal_error_names_its_request_in_body_header_and_log(
+    stack: Stack, monkeypatch: Any, caplog: Any
+) -> None:
+    def broken_plan(request: object) -> None:
+        raise RuntimeError("a bug in routing")
+
+    monkeypatch.setattr(stack.gateway.router, "plan", broken_plan)
+    response = await post(stack, json=chat())
+    assert response.status_code == 500
+    error = error_of(response)
+    assert error["code"] == "internal_error"
+    request_id = response.headers["x-request-id"]
+    assert error["request_id"] == request_id
+    assert request_id in error["message"]
+    assert "a bug in routing" not in response.text
+    logged = [r for r in caplog.records if request_id in r.getMessage()]
+    assert logged and logged[0].exc_info is not None
+    assert "a bug in routing" in str(logged[0].exc_info[1])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 
 from tests.e2e.harness import (
@@ -97,3 +99,29 @@ async def test_weights_share_traffic() -> None:
         share = a.engine.stats().requests / 40
         assert 0.55 < share < 0.95, share
         assert a.engine.stats().requests + b.engine.stats().requests == 40
+
+
+async def test_no_failover_once_the_client_has_seen_a_byte() -> None:
+    """A primary that drops mid-answer, a weight-0 backup that would answer: the client gets
+    the words already sent, then one error; never a second role chunk and a second answer glued
+    to the first. Whole answers are not retried either: the primary had begun to answer."""
+    async with running_sim() as primary, running_sim() as backup:
+        providers = provider_toml("primary", primary.base_url) + provider_toml(
+            "backup", backup.base_url, weight=0
+        )
+        dropping = script({"text": "first half"}, {"drop": True})
+        async with (
+            running_gateway(gateway_config(providers)) as gateway,
+            httpx.AsyncClient() as client,
+        ):
+            streamed = await client.post(
+                gateway.base_url + "/v1/chat/completions", json=chat(dropping, stream=True)
+            )
+        assert streamed.status_code == 200
+        assert streamed.text.count('"role":"assistant"') == 1
+        assert answer_text(streamed.text, stream=True) == "first half"
+        payloads = [line[6:] for line in streamed.text.split("\n") if line.startswith("data: ")]
+        assert payloads[-1] == "[DONE]"
+        assert json.loads(payloads[-2])["error"]["code"] == "upstream_protocol_error"
+        assert primary.engine.stats().requests == 1
+        assert backup.engine.stats().requests == 0

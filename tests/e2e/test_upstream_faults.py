@@ -113,3 +113,23 @@ async def test_an_answer_that_is_json_instead_of_a_stream_is_a_protocol_error() 
         response = await ask(upstream)
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_protocol_error"
+
+
+async def test_an_event_without_end_is_a_protocol_error_not_a_crash() -> None:
+    """``data:`` lines, each short, with no blank line ever: one event that grows without end."""
+
+    async def endless_event(send: Send) -> None:
+        await send({"type": "http.response.body", "body": data(CHUNK), "more_body": True})
+        line = b"data: " + b"x" * 1000 + b"\n"
+        for _ in range(40):
+            await send({"type": "http.response.body", "body": line * 64, "more_body": True})
+        await trio.sleep_forever()
+
+    async with fake_upstream(endless_event) as upstream:
+        streamed = await ask(upstream, stream=True)
+        whole = await ask(upstream)
+    error = json.loads(streamed.text.split("data: ")[-2])["error"]
+    assert error["code"] == "upstream_protocol_error"
+    assert "SSE event exceeded" in error["message"]
+    assert whole.status_code == 502
+    assert whole.json()["error"]["code"] == "upstream_protocol_error"

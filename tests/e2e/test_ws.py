@@ -81,11 +81,13 @@ def cancellations(stack: Stack, cause: str) -> float:
 
 
 @asynccontextmanager
-async def ws_stack(server: str = "", sim: SimConfig = FAST_SIM) -> AsyncIterator[Stack]:
+async def ws_stack(
+    server: str = "", sim: SimConfig = FAST_SIM, *, kernel_stall_drop: bool = True
+) -> AsyncIterator[Stack]:
     """A stack with its own [server] / [websocket] settings."""
     async with running_sim(sim) as handle:
         config = gateway_config(provider_toml("sim-a", handle.base_url), server=server)
-        async with running_gateway(config) as gateway:
+        async with running_gateway(config, kernel_stall_drop=kernel_stall_drop) as gateway:
             yield Stack(sim=handle, gateway=gateway)
 
 
@@ -260,6 +262,43 @@ async def test_a_socket_that_stops_reading_is_closed_4001_and_its_upstreams_free
         nursery.cancel_scope.cancel()
 
 
+async def close_on_cancel(sock: trio.socket.SocketType) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        sock.close()
+
+
+async def test_a_socket_whose_close_frame_cannot_be_written_is_dropped() -> None:
+    """A client that never reads again, on a platform without TCP_USER_TIMEOUT: the 4001 close
+    frame blocks the writer for good, and only the gateway's write watchdog ends the socket."""
+    fast = attrs.evolve(FAST_SIM, decode_step_s=0.0002, decode_step_s_per_seq=0.0)
+    settings = "client_stall_timeout_s = 0.5\n[websocket]\nmax_queued_events = 16"
+    async with (
+        ws_stack(server=settings, sim=fast, kernel_stall_drop=False) as stack,
+        trio.open_nursery() as nursery,
+    ):
+        host, port = stack.gateway.base_url.removeprefix("http://").split(":")
+        sock = trio.socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        await sock.connect((host, int(port)))
+        # Closed on the way out whatever happens: a regression must fail, not hang on the
+        # handler blocked writing to this socket.
+        nursery.start_soon(close_on_cancel, sock)
+        ws = await trio_websocket.wrap_client_stream(
+            nursery, trio.SocketStream(sock), host, "/v1/ws", message_queue_size=1
+        )
+        await send(ws, request("flood", script({"text_tokens": 200000})))
+        await wait_for_abort(stack.sim, aborts=1, timeout_s=20)
+        await wait_until(lambda: cancellations(stack, "client_stall") == 1)
+        # Never read: the socket's handler still ends, and the connection is gone.
+        await wait_until(
+            lambda: stack.gateway.app.websocket.statistics().open_sockets == 0, timeout_s=10
+        )
+        assert len(stack.gateway.app.connections) == 0
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_socket_that_never_answers_pings_is_closed_4002() -> None:
     settings = "[websocket]\nping_interval_s = 0.1\nping_timeout_s = 0.2"
     async with ws_stack(server=settings) as stack:
@@ -330,6 +369,41 @@ async def test_a_draining_gateway_refuses_new_requests_then_closes_the_socket_wi
                     transcript.add(await receive(ws))
     assert closed.value.reason is not None and closed.value.reason.code == 1001
     await wait_for_abort(stack.sim)
+
+
+async def test_concurrent_handshakes_never_pass_max_sockets() -> None:
+    """20 handshakes at once against max_sockets = 2: the check and the count must be one step,
+    or several handshakes pass the check while the first accepts are still in flight."""
+    async with ws_stack(server="[websocket]\nmax_sockets = 2") as stack:
+        url = ws_url(stack)
+        accepted = 0
+        rejected: list[int] = []
+        all_tried = trio.Event()
+        tried = 0
+
+        async def connect() -> None:
+            nonlocal accepted, tried
+            try:
+                async with trio_websocket.open_websocket_url(url):
+                    accepted += 1
+                    tried += 1
+                    if tried == 20:
+                        all_tried.set()
+                    # Hold the socket until every handshake has had its answer.
+                    await all_tried.wait()
+            except trio_websocket.ConnectionRejected as exc:
+                rejected.append(exc.status_code)
+                tried += 1
+                if tried == 20:
+                    all_tried.set()
+
+        with trio.fail_after(TIMEOUT_S):
+            async with trio.open_nursery() as nursery:
+                for _ in range(20):
+                    nursery.start_soon(connect)
+        assert accepted == 2
+        assert rejected == [403] * 18
+        await wait_until(lambda: stack.gateway.app.websocket.statistics().open_sockets == 0)
 
 
 async def test_sockets_past_max_sockets_are_refused_at_the_handshake() -> None:

@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from trio_gateway.sim import SimConfig, serve_sim
+from trio_gateway.sim.engine import TOKEN_BUFFER
 
 from .conftest import StartSim
 from .helpers import fixture_request, misc_errors, sse_payloads
@@ -305,7 +306,11 @@ async def test_scripted_faults(start_sim: StartSim, client: httpx.AsyncClient) -
 async def test_scripted_drops(start_sim: StartSim, client: httpx.AsyncClient) -> None:
     sim = await start_sim()
     url = sim.base_url + "/v1/chat/completions"
-    messages = scripted({"text": "one two three"}, {"drop": True}, {"text": "never"})
+    # More tokens after the drop than the engine may run ahead of its writer (TOKEN_BUFFER):
+    # the sequence can never finish before the handler drops it, so both are aborts, whatever
+    # the machine's speed. (With a short tail the engine sometimes finished it first.)
+    tail = {"text_tokens": 4 * TOKEN_BUFFER}
+    messages = scripted({"text": "one two three"}, {"drop": True}, tail)
     received: list[str] = []
     with pytest.raises(httpx.RemoteProtocolError):
         async with client.stream("POST", url, json={"messages": messages, "stream": True}) as r:
@@ -316,8 +321,9 @@ async def test_scripted_drops(start_sim: StartSim, client: httpx.AsyncClient) ->
     )
     with pytest.raises(httpx.RemoteProtocolError):
         await client.post(url, json={"messages": messages})
-    with trio.fail_after(2):
-        await sim.engine.wait_until(lambda s: s.aborts == 2 and s.running == 0)
+    with trio.fail_after(10):
+        stats = await sim.engine.wait_until(lambda s: s.aborts + s.finished == 2)
+    assert (stats.aborts, stats.finished, stats.running) == (2, 0, 0)
 
 
 async def test_delay_and_split_utf8(start_sim: StartSim, client: httpx.AsyncClient) -> None:

@@ -146,7 +146,7 @@ ERROR_TABLE: list[tuple[GatewayError, dict[str, Any]]] = [
     (
         UpstreamRateLimited("slow down", provider="vllm-a", retry_after_s=3.0),
         {
-            "code": "upstream_rate_limited",
+            "code": "rate_limited",
             "message": "slow down",
             "retryable": True,
             "retry_after_s": 3.0,

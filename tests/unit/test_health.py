@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 import trio
 import trio.testing
 
 from trio_gateway.config import ProviderConfig
+from trio_gateway.errors import UpstreamUnreachable
 from trio_gateway.health import ProviderHealth, State, probe_service
 
 
@@ -95,7 +97,7 @@ async def test_probe_service_marks_a_dead_provider_unhealthy_in_interval_times_c
     async def probe() -> None:
         calls.append(trio.current_time())
         if not alive:
-            raise ConnectionError("refused")
+            raise UpstreamUnreachable("p: cannot connect (refused)", provider="p")
 
     async with trio.open_nursery() as nursery:
         await nursery.start(probe_service, "p", cfg, health, probe)
@@ -129,3 +131,28 @@ async def test_a_hanging_probe_counts_as_a_failure(autojump_clock: trio.testing.
         assert trio.current_time() == cfg.probe_timeout_s
         assert "timed out" in (health.last_error or "")
         nursery.cancel_scope.cancel()
+
+
+async def test_a_bug_in_the_probe_is_logged_with_its_traceback_and_blames_no_provider(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = config(startup_grace_s=0.0, unhealthy_after=1)
+    health = ProviderHealth(cfg, now=trio.current_time())
+    health.success()
+    calls = 0
+
+    async def probe() -> None:
+        nonlocal calls
+        calls += 1
+        raise KeyError("a gateway bug")
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(probe_service, "p", cfg, health, probe)
+        await trio.sleep(cfg.probe_interval_s * 3 + 1)
+        nursery.cancel_scope.cancel()
+    assert calls == 4
+    assert state_of(health) is State.HEALTHY
+    assert health.snapshot(trio.current_time()).consecutive_failures == 0
+    bugs = [r for r in caplog.records if "gateway bug" in r.getMessage()]
+    assert len(bugs) == 4
+    assert all(r.exc_info is not None and isinstance(r.exc_info[1], KeyError) for r in bugs)

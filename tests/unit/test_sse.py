@@ -92,3 +92,36 @@ def test_unterminated_line_is_bounded() -> None:
     decoder = SSEDecoder(max_line_bytes=16)
     with pytest.raises(SSEDecodeError):
         decoder.feed(b"data: " + b"x" * 32)
+
+
+@pytest.mark.parametrize("lines", [1, 2, 7])
+def test_one_event_is_bounded_in_bytes_at_exactly_the_limit(lines: int) -> None:
+    limit = 100
+    # `lines` data lines whose joined value (with the newlines between them) is `limit` bytes.
+    sizes = [limit // lines] * lines
+    sizes[-1] += limit - sum(sizes) - (lines - 1)
+    wire = b"".join(b"data: " + b"x" * n + b"\n" for n in sizes)
+    decoder = SSEDecoder(max_event_bytes=limit)
+    assert decoder.feed(wire + b"\n") == [SSEEvent(data=b"\n".join(b"x" * n for n in sizes))]
+    with pytest.raises(SSEDecodeError, match="SSE event exceeded 100 bytes"):
+        SSEDecoder(max_event_bytes=limit).feed(wire.replace(b"x", b"xy", 1) + b"\n")
+
+
+def test_data_lines_that_never_end_an_event_raise_before_memory_grows() -> None:
+    """An upstream streaming ``data:`` lines with no blank line: each line is short, so only the
+    event bound can stop it; what the decoder held when it raised is within the bound."""
+    decoder = SSEDecoder(max_line_bytes=1 << 10, max_event_bytes=1 << 16)
+    line = b"data: " + b"z" * 1000 + b"\n"
+    fed = 0
+    with pytest.raises(SSEDecodeError, match="event exceeded"):
+        for _ in range(10_000):
+            decoder.feed(line)
+            fed += 1
+    assert fed == (1 << 16) // 1001
+    assert sum(len(part) for part in decoder._data) <= 1 << 16
+
+
+def test_the_event_bound_resets_with_each_event() -> None:
+    decoder = SSEDecoder(max_event_bytes=10)
+    for _ in range(100):
+        assert decoder.feed(b"data: 0123456789\n\n") == [SSEEvent(data=b"0123456789")]

@@ -18,7 +18,7 @@ from trio_gateway.fronts.http import (
 )
 from trio_gateway.fronts.openai_chunks import ChunkEncoder, ResponseAccumulator, error_chunk
 from trio_gateway.pipeline import Router
-from trio_gateway.relay import CLIENT_GONE, Item, Outcome, relay
+from trio_gateway.relay import CLIENT_GONE, DropConnection, Item, Outcome, relay
 from trio_gateway.request import parse_chat_request
 from trio_gateway.sse import DONE
 
@@ -39,7 +39,12 @@ async def watch_disconnect(
 
 
 async def handle_chat(
-    router: Router, server: ServerConfig, request_id: str, receive: Receive, send: Send
+    router: Router,
+    server: ServerConfig,
+    request_id: str,
+    receive: Receive,
+    send: Send,
+    drop_connection: DropConnection | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
     request = parse_chat_request(body)
@@ -76,6 +81,7 @@ async def handle_chat(
             client_stall_timeout_s=server.client_stall_timeout_s,
             consume=consume_stream,
             watch=watch,
+            drop_connection=drop_connection,
         )
 
     accumulator = ResponseAccumulator(
@@ -103,4 +109,5 @@ async def handle_chat(
         client_stall_timeout_s=server.client_stall_timeout_s,
         consume=consume_whole,
         watch=watch,
+        drop_connection=drop_connection,
     )

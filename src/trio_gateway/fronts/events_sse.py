@@ -15,14 +15,19 @@ from trio_gateway.fronts.chat import watch_disconnect
 from trio_gateway.fronts.events_codec import EventEncoder, is_terminal, sse_frame
 from trio_gateway.fronts.http import Receive, Send, read_body, stream_sse
 from trio_gateway.pipeline import Router
-from trio_gateway.relay import Item, Outcome, relay
+from trio_gateway.relay import DropConnection, Item, Outcome, relay
 from trio_gateway.request import parse_chat_request
 
 EVENTS_VERSION_HEADER = (b"x-gateway-events-version", b"1")
 
 
 async def handle_events(
-    router: Router, server: ServerConfig, request_id: str, receive: Receive, send: Send
+    router: Router,
+    server: ServerConfig,
+    request_id: str,
+    receive: Receive,
+    send: Send,
+    drop_connection: DropConnection | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
     request = parse_chat_request(body)
@@ -65,4 +70,5 @@ async def handle_events(
         client_stall_timeout_s=server.client_stall_timeout_s,
         consume=consume,
         watch=watch,
+        drop_connection=drop_connection,
     )

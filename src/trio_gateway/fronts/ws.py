@@ -56,7 +56,7 @@ from trio_gateway.fronts.events_codec import (
 )
 from trio_gateway.fronts.http import Receive, Send
 from trio_gateway.pipeline import Plan, Router
-from trio_gateway.relay import CLIENT_GONE, CLIENT_STALL, Item, Outcome, relay
+from trio_gateway.relay import CLIENT_GONE, CLIENT_STALL, DropConnection, Item, Outcome, relay
 from trio_gateway.request import ChatRequest, validate_chat_body
 
 log = logging.getLogger("trio_gateway")
@@ -98,8 +98,13 @@ class WebSocketFront:
             open_sockets=self._open_sockets, requests_in_flight=self._requests_in_flight
         )
 
-    async def serve(self, receive: Receive, send: Send) -> None:
-        """One socket, from the handshake until it is closed by either side."""
+    async def serve(
+        self, receive: Receive, send: Send, drop_connection: DropConnection | None = None
+    ) -> None:
+        """One socket, from the handshake until it is closed by either side.
+
+        ``drop_connection`` shuts the client's TCP connection: the way out for a writer
+        blocked on a client that stopped reading."""
         if (await receive())["type"] != "websocket.connect":
             return
         if self._open_sockets >= self.config.max_sockets:
@@ -107,10 +112,12 @@ class WebSocketFront:
             log.warning("refusing a websocket: %d sockets open", self._open_sockets)
             await send({"type": "websocket.close", "code": 1013})
             return
-        await send({"type": "websocket.accept"})
+        # The place is taken before the accept is awaited: between the check and the count no
+        # other handshake may run, or concurrent handshakes all pass the check.
         self._open_sockets += 1
         try:
-            await _Socket(self, send).run(receive)
+            await send({"type": "websocket.accept"})
+            await _Socket(self, send, drop_connection).run(receive)
         finally:
             self._open_sockets -= 1
 
@@ -138,8 +145,11 @@ class _Request:
 
 
 class _Socket:
-    def __init__(self, front: WebSocketFront, send: Send) -> None:
+    def __init__(
+        self, front: WebSocketFront, send: Send, drop_connection: DropConnection | None
+    ) -> None:
         self._front = front
+        self._drop_connection = drop_connection
         self._config = front.config
         self._send = send
         self._outbound_send, self._outbound_receive = trio.open_memory_channel[str](
@@ -156,11 +166,16 @@ class _Socket:
         self._keepalive_scope = trio.CancelScope()
         self._drain_scope = trio.CancelScope()
         self._writer_idle: trio.CancelScope | None = None
+        # For the write watchdog: a write in progress, and how many have completed.
+        self._in_send = False
+        self._sends = 0
+        self._watch_scope = trio.CancelScope()
         self._requests_nursery: trio.Nursery | None = None
 
     async def run(self, receive: Receive) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._write)
+            nursery.start_soon(self._watch_writes)
             nursery.start_soon(self._keepalive)
             nursery.start_soon(self._close_when_drained)
             async with trio.open_nursery() as requests:
@@ -218,7 +233,37 @@ class _Socket:
                 ),
             )
 
+    async def _send_one(self, message: dict[str, Any]) -> None:
+        self._in_send = True
+        await self._send(message)
+        self._in_send = False
+        self._sends += 1
+
+    async def _watch_writes(self) -> None:
+        """hypercorn writes shielded and without a timeout: a client that stops reading blocks
+        the writer for good (or until the kernel's TCP_USER_TIMEOUT, where there is one). A write
+        still blocked a whole ``client_stall_timeout_s`` after it was first seen drops the
+        connection, which fails the write and lets the socket end: within one to two periods."""
+        period_s = self._front.server.client_stall_timeout_s
+        with self._watch_scope:
+            seen = -1
+            while True:
+                await trio.sleep(period_s)
+                if self._in_send and self._sends == seen:
+                    log.info("dropping a websocket whose client stopped reading")
+                    self._stop(CLIENT_STALL, None)
+                    if self._drop_connection is not None:
+                        self._drop_connection()
+                    return
+                seen = self._sends
+
     async def _write(self) -> None:
+        try:
+            await self._write_all()
+        finally:
+            self._watch_scope.cancel()
+
+    async def _write_all(self) -> None:
         while not self._stopping:
             text: str | None = None
             with trio.CancelScope() as idle:
@@ -230,9 +275,9 @@ class _Socket:
             if text is None or (self._stopping and not self._flush):
                 break
             # hypercorn writes without a timeout; a client that stops reading blocks here until
-            # the kernel drops the connection (TCP_USER_TIMEOUT, set in server.py). Requests are
-            # not waiting on this: they queue and the queue's bound closes the socket.
-            await self._send({"type": "websocket.send", "text": text})
+            # _watch_writes drops the connection. Requests are not waiting on this: they queue,
+            # and the queue's bound closes the socket.
+            await self._send_one({"type": "websocket.send", "text": text})
         if self._close is not None:
             with trio.move_on_after(self._front.server.client_stall_timeout_s):
                 while self._flush:
@@ -240,8 +285,8 @@ class _Socket:
                         text = self._outbound_receive.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
-                    await self._send({"type": "websocket.send", "text": text})
-                await self._send(
+                    await self._send_one({"type": "websocket.send", "text": text})
+                await self._send_one(
                     {
                         "type": "websocket.close",
                         "code": self._close.code,

@@ -1,0 +1,134 @@
+"""hypercorn's trio serve loop, with listeners that remember every client connection.
+
+hypercorn writes to a client shielded and without a timeout, and gives the app no handle on the
+connection: a handler whose client stopped reading blocks in ``send`` until the kernel gives up
+on the socket (TCP_USER_TIMEOUT, where the platform has it; forever where it has not). Keeping a
+weak map from peer address to the accepted stream lets the gateway's own stall deadline drop that
+connection itself: a shut-down socket makes the blocked write fail, hypercorn reports the close,
+and the handler ends.
+
+This replaces ``hypercorn.trio.run.worker_serve`` for plain-TCP HTTP/1.1 and h2c serving; it uses
+hypercorn's ``TCPServer`` and ``WorkerContext`` as they are. The gateway's ASGI app answers
+lifespan itself and needs none of its events, so there is no lifespan task.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import weakref
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.config import Sockets
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import repr_socket_addr
+
+log = logging.getLogger("trio_gateway")
+
+Peer = tuple[str, int]
+
+
+class Connections:
+    """The open client connections, by the peer address hypercorn puts in ``scope["client"]``.
+
+    Entries are weak: a connection hypercorn has finished with disappears by itself.
+    """
+
+    def __init__(self) -> None:
+        self._streams: weakref.WeakValueDictionary[Peer, trio.SocketStream] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def __len__(self) -> int:
+        return len(self._streams)
+
+    def add(self, stream: trio.SocketStream) -> None:
+        try:
+            peer = stream.socket.getpeername()
+        except OSError:
+            return  # already gone
+        self._streams[(str(peer[0]), int(peer[1]))] = stream
+
+    def abort(self, client: Any) -> bool:
+        """Shut the connection of ``client`` (a scope's ``client`` value) down in both
+        directions: a write blocked on it fails at once. False when it is not open here."""
+        if not isinstance(client, list | tuple) or len(client) < 2:
+            return False
+        stream = self._streams.pop((str(client[0]), int(client[1])), None)
+        if stream is None:
+            return False
+        try:
+            stream.socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            return False
+        return True
+
+
+class _RecordingListener(trio.abc.Listener[trio.SocketStream]):
+    def __init__(self, inner: trio.SocketListener, connections: Connections) -> None:
+        self._inner = inner
+        self._connections = connections
+
+    async def accept(self) -> trio.SocketStream:
+        stream = await self._inner.accept()
+        self._connections.add(stream)
+        return stream
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _Shutdown(Exception):
+    pass
+
+
+async def serve_asgi(
+    app: Any,
+    config: HypercornConfig,
+    sockets: Sockets,
+    connections: Connections,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` (already wrapped for hypercorn) on ``sockets`` until ``shutdown_trigger``
+    returns; then stop accepting and give open connections ``config.graceful_timeout``."""
+    context = WorkerContext(None)
+    listeners = []
+    binds = []
+    for sock in sockets.insecure_sockets:
+        listeners.append(
+            _RecordingListener(
+                trio.SocketListener(trio.socket.from_stdlib_socket(sock)), connections
+            )
+        )
+        binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
+    async with trio.open_nursery() as server_nursery:
+        task_status.started(binds)
+        try:
+            async with trio.open_nursery() as nursery:
+
+                async def stop_when_triggered() -> None:
+                    await shutdown_trigger()
+                    raise _Shutdown
+
+                nursery.start_soon(stop_when_triggered)
+                nursery.start_soon(
+                    partial(
+                        trio.serve_listeners,
+                        partial(TCPServer, app, config, context, ConnectionState({})),
+                        listeners,
+                        handler_nursery=server_nursery,
+                    )
+                )
+        except* _Shutdown:
+            pass
+        finally:
+            await context.terminated.set()
+            server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
