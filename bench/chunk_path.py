@@ -44,12 +44,12 @@ def run(chunks: int, per_read: int) -> float:
     encoder = ChunkEncoder(
         completion_id="chatcmpl-bench", created=0, model="agent-lite", include_usage=False
     )
-    parser.feed(b'{"choices": []}')  # the response-started event, once
+    parser.feed_data(b'{"choices": []}')  # the response-started event, once
     out = 0
     start = time.process_time()
     for _ in range(reads):
         for sse in decoder.feed(read):
-            for event in parser.feed(sse.data):
+            for event in parser.feed_data(sse.data):
                 out += len(encoder.encode(event))
     elapsed = time.process_time() - start
     assert out > 0

@@ -7,6 +7,7 @@ errors, and every problem in a file is reported at once, each with its dotted pa
 from __future__ import annotations
 
 import enum
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -30,7 +31,15 @@ class Capability(enum.Enum):
     REASONING = "reasoning"
 
 
-ProviderType = Literal["openai_compatible"]
+ProviderType = Literal["openai_compatible", "openai", "anthropic", "gemini", "vertex"]
+PROVIDER_TYPES: tuple[str, ...] = ("openai_compatible", "openai", "anthropic", "gemini", "vertex")
+# Each vendor's public endpoint, as its own SDK spells it (paths are appended by the dialect).
+DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+    "vertex": "https://{location}-aiplatform.googleapis.com",
+}
 OnSaturated = Literal["spill", "queue"]
 
 
@@ -72,9 +81,19 @@ class WebSocketConfig:
 class ProviderConfig:
     name: str
     type: ProviderType
-    base_url: str
     model: str
+    # Optional for the cloud vendors: their public endpoint (DEFAULT_BASE_URLS); see ``endpoint``.
+    base_url: str | None = None
+    # The credential: an API key (or, for vertex, a ready OAuth2 access token) from an
+    # environment variable or a file; vertex may instead name a service-account JSON file.
     api_key_env: str | None = None
+    api_key_file: str | None = None
+    credentials_file: str | None = None
+    # vertex only: where the model runs.
+    project: str | None = None
+    location: str | None = None
+    # anthropic requires max_tokens on every request: this is sent when the client gave none.
+    default_max_tokens: int = 4096
     max_inflight: int = 32
     queue_timeout_s: float = 1.0
     capabilities: frozenset[Capability] = frozenset()
@@ -90,6 +109,17 @@ class ProviderConfig:
     unhealthy_after: int = 3
     healthy_after: int = 2
     startup_grace_s: float = 600.0
+
+    @property
+    def endpoint(self) -> str:
+        """``base_url`` without a trailing slash, or the vendor's public endpoint."""
+        if self.base_url is not None:
+            return self.base_url.rstrip("/")
+        if self.type == "vertex" and self.location == "global":
+            # The global endpoint has no region in its host name.
+            return "https://aiplatform.googleapis.com"
+        default = DEFAULT_BASE_URLS.get(self.type, "")
+        return default.format(location=self.location or "us-central1")
 
 
 @attrs.frozen(kw_only=True)
@@ -182,7 +212,7 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook(Capability, _capability)
     # Literal types are not classes: they are matched by predicate.
     converter.register_structure_hook_func(
-        lambda t: t == ProviderType, _literal_hook(("openai_compatible",), "provider type")
+        lambda t: t == ProviderType, _literal_hook(PROVIDER_TYPES, "provider type")
     )
     converter.register_structure_hook_func(
         lambda t: t == OnSaturated, _literal_hook(("spill", "queue"), "policy")
@@ -258,6 +288,68 @@ def _parse_listen(value: str) -> str | None:
     return None
 
 
+def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
+    """What one provider's type requires, and what it does not take."""
+    problems = []
+    if p.base_url is None:
+        if p.type == "openai_compatible":
+            problems.append(f"{where}.base_url: required for type 'openai_compatible'")
+    elif not re.match(r"^https?://[^/\s]+", p.base_url):
+        problems.append(f"{where}.base_url: expected an http:// or https:// URL")
+    sources = [k for k in ("api_key_env", "api_key_file", "credentials_file") if getattr(p, k)]
+    if len(sources) > 1:
+        problems.append(f"{where}: give one of {', '.join(sources)}, not several")
+    if p.credentials_file is not None and p.type != "vertex":
+        problems.append(f"{where}.credentials_file: only for type 'vertex' (a service account)")
+    if p.type in ("openai", "anthropic", "gemini", "vertex") and not sources:
+        key = (
+            "api_key_env, api_key_file or credentials_file"
+            if p.type == "vertex"
+            else ("api_key_env or api_key_file")
+        )
+        problems.append(f"{where}: type {p.type!r} needs a credential ({key})")
+    for key in ("project", "location"):
+        value = getattr(p, key)
+        if p.type == "vertex" and not value:
+            problems.append(f"{where}.{key}: required for type 'vertex'")
+        elif p.type != "vertex" and value is not None:
+            problems.append(f"{where}.{key}: only for type 'vertex'")
+    if p.location is not None and not re.fullmatch(r"[a-z0-9-]+", p.location):
+        problems.append(f"{where}.location: expected a region name like 'us-central1'")
+    if p.default_max_tokens < 1:
+        problems.append(f"{where}.default_max_tokens: must be at least 1")
+    for key in ("api_key_file", "credentials_file"):
+        path = getattr(p, key)
+        if path is not None and (err := _credential_file_problem(path, key)) is not None:
+            problems.append(f"{where}.{key}: {err}")
+    return problems
+
+
+def _credential_file_problem(path: str, key: str) -> str | None:
+    """Whether a credential file can be used; the message never quotes its content."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    except UnicodeDecodeError:
+        return f"{path} is not UTF-8 text"
+    if not text.strip():
+        return f"{path} is empty"
+    if key == "credentials_file":
+        try:
+            account = json.loads(text)
+        except ValueError:
+            return f"{path} is not a service-account JSON file"
+        missing = [
+            k
+            for k in ("client_email", "private_key")
+            if not isinstance(account, dict) or not account.get(k)
+        ]
+        if missing:
+            return f"{path} is not a service-account JSON file (no {', '.join(missing)})"
+    return None
+
+
 def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
     problems: list[str] = []
     if (err := _parse_listen(config.server.listen)) is not None:
@@ -301,8 +393,7 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
                     f"{seen[p.name][0]} (aliases that share a provider must define it the same)"
                 )
             seen.setdefault(p.name, (where, p))
-            if not re.match(r"^https?://[^/\s]+", p.base_url):
-                problems.append(f"{where}.base_url: expected an http:// or https:// URL")
+            problems.extend(_provider_type_problems(where, p))
             if p.max_inflight < 1:
                 problems.append(f"{where}.max_inflight: must be at least 1")
             if p.weight < 0:

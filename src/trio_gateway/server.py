@@ -22,6 +22,7 @@ from trio_gateway.config import GatewayConfig, parse_hostport
 from trio_gateway.health import probe_service
 from trio_gateway.listen import Connections, serve_asgi
 from trio_gateway.pipeline import Router
+from trio_gateway.providers.credentials import credential_source
 from trio_gateway.providers.upstream import Upstream
 from trio_gateway.sim import SimHandle, serve_sim
 
@@ -106,7 +107,8 @@ async def serve_gateway(
         upstreams: dict[str, Upstream] = {}
         for name, provider in config.providers().items():
             client = await stack.enter_async_context(Upstream.make_client(provider))
-            upstreams[name] = Upstream(provider, config.api_keys.get(name), client)
+            credential = credential_source(provider, config.api_keys, client)
+            upstreams[name] = Upstream(provider, credential, client)
         router = Router(config.aliases, upstreams, rng=rng)
         for name, upstream in upstreams.items():
             if upstream.config.probe:

@@ -15,6 +15,7 @@ from trio_gateway.sim.cli import parse_args
 def test_every_config_field_has_a_flag() -> None:
     argv = [
         "--listen", "0.0.0.0:9000",
+        "--dialect", "anthropic",
         "--served-model-name", "m",
         "--model", "org/m",
         "--max-num-seqs", "48",
@@ -29,11 +30,15 @@ def test_every_config_field_has_a_flag() -> None:
         "--default-text-tokens", "3",
         "--prefix-cache-blocks", "10",
         "--no-abort-on-disconnect",
+        "--oauth-public-key-pem", "PEM",
+        "--oauth-token-lifetime-s", "60",
+        "--vertex-require-token",
         "--access-log",
     ]  # fmt: skip
     config, host, port = parse_args(argv)
     assert (host, port) == ("0.0.0.0", 9000)
     assert config == SimConfig(
+        dialect="anthropic",
         served_model_name="m",
         model="org/m",
         max_num_seqs=48,
@@ -48,6 +53,9 @@ def test_every_config_field_has_a_flag() -> None:
         default_text_tokens=3,
         prefix_cache_blocks=10,
         abort_on_disconnect=False,
+        oauth_public_key_pem="PEM",
+        oauth_token_lifetime_s=60,
+        vertex_require_token=True,
         access_log=True,
     )
     flags = {a for a in argv if a.startswith("--")} - {"--listen"}
@@ -62,7 +70,13 @@ def test_defaults_are_simconfigs() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--max-num-seqs", "0"], ["--max-num-seqs", "x"], ["--listen", "nope"], ["--colour", "red"]],
+    [
+        ["--max-num-seqs", "0"],
+        ["--max-num-seqs", "x"],
+        ["--listen", "nope"],
+        ["--colour", "red"],
+        ["--dialect", "cohere"],
+    ],
 )
 def test_bad_flags_exit_with_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:

@@ -189,3 +189,78 @@ def test_the_documented_error_output_is_what_check_prints(
     documented = (REPO / "docs" / "configuration.md").read_text()
     for line in err.strip().splitlines():
         assert line in documented, line
+
+
+def cloud(kind: str, **keys: str) -> str:
+    lines = "".join(f"{k} = {v}\n" for k, v in keys.items())
+    return f"""
+[aliases.a]
+[[aliases.a.providers]]
+name = "p"
+type = "{kind}"
+model = "m"
+{lines}"""
+
+
+@pytest.mark.parametrize(
+    ("kind", "keys", "endpoint"),
+    [
+        ("openai", {"api_key_env": '"K"'}, "https://api.openai.com/v1"),
+        ("anthropic", {"api_key_env": '"K"'}, "https://api.anthropic.com"),
+        ("gemini", {"api_key_env": '"K"'}, "https://generativelanguage.googleapis.com"),
+        (
+            "vertex",
+            {"api_key_env": '"K"', "project": '"pr"', "location": '"europe-west4"'},
+            "https://europe-west4-aiplatform.googleapis.com",
+        ),
+        (
+            "vertex",
+            {"api_key_env": '"K"', "project": '"pr"', "location": '"global"'},
+            "https://aiplatform.googleapis.com",
+        ),
+        ("anthropic", {"api_key_env": '"K"', "base_url": '"http://sim:1/"'}, "http://sim:1"),
+    ],
+)
+def test_cloud_types_default_to_the_vendors_endpoint(
+    kind: str, keys: dict[str, str], endpoint: str
+) -> None:
+    config = parse_config(cloud(kind, **keys), environ={"K": "secret-value"})
+    [provider] = config.aliases["a"].providers
+    assert provider.endpoint == endpoint
+    assert "secret-value" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    ("kind", "keys", "expected"),
+    [
+        ("openai", {}, "aliases.a.providers[0]: type 'openai' needs a credential"),
+        ("openai_compatible", {}, "aliases.a.providers[0].base_url: required"),
+        ("vertex", {"api_key_env": '"K"'}, "aliases.a.providers[0].project: required"),
+        ("gemini", {"api_key_env": '"K"', "project": '"x"'}, "project: only for type 'vertex'"),
+        (
+            "anthropic",
+            {"api_key_env": '"K"', "api_key_file": '"/k"'},
+            "give one of api_key_env, api_key_file, not several",
+        ),
+        ("anthropic", {"credentials_file": '"/x"'}, "credentials_file: only for type 'vertex'"),
+        ("anthropic", {"api_key_file": '"/no/such/file"'}, "api_key_file: cannot read"),
+        ("mistral", {}, "unknown provider type 'mistral'"),
+        (
+            "vertex",
+            {"api_key_env": '"K"', "project": '"p"', "location": '"EU West"'},
+            "location: expected a region name",
+        ),
+    ],
+)
+def test_cloud_type_mistakes_are_named(kind: str, keys: dict[str, str], expected: str) -> None:
+    found = problems(cloud(kind, **keys), environ={"K": "k"})
+    assert any(expected in p for p in found), found
+
+
+def test_a_service_account_file_is_checked_without_quoting_it(tmp_path: Path) -> None:
+    bad = tmp_path / "sa.json"
+    bad.write_text('{"private_key": "-----BEGIN PRIVATE KEY-----TOPSECRET"}')
+    keys = {"credentials_file": f'"{bad}"', "project": '"p"', "location": '"us-central1"'}
+    [problem] = problems(cloud("vertex", **keys), environ={})
+    assert "not a service-account JSON file (no client_email)" in problem
+    assert "TOPSECRET" not in problem

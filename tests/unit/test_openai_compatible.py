@@ -41,7 +41,7 @@ def parse_stream(raw: bytes) -> list[Event]:
     parser = ChunkParser("vllm-a")
     events: list[Event] = []
     for sse in decoder.feed(raw) + decoder.close():
-        events += parser.feed(sse.data)
+        events += parser.feed_data(sse.data)
     return events + parser.close()
 
 
@@ -88,7 +88,7 @@ def test_reasoning_field_becomes_reasoning_delta() -> None:
 def test_older_reasoning_content_name_is_accepted() -> None:
     parser = ChunkParser("p")
     chunk = {"choices": [{"index": 0, "delta": {"reasoning_content": "hm"}}]}
-    assert parser.feed(json.dumps(chunk).encode())[1:] == [ReasoningDelta("hm")]
+    assert parser.feed_data(json.dumps(chunk).encode())[1:] == [ReasoningDelta("hm")]
 
 
 def test_tool_call_fragments_pass_through_and_assemble_at_finish() -> None:
@@ -115,13 +115,13 @@ def test_inband_error_chunk_is_classified() -> None:
     parser = ChunkParser("p")
     body = {"error": {"message": "maximum context length is 10 tokens", "code": 400}}
     with pytest.raises(ContextLengthExceeded):
-        parser.feed(json.dumps(body).encode())
+        parser.feed_data(json.dumps(body).encode())
 
 
 @pytest.mark.parametrize("data", [b"{not json", b"[1, 2]"])
 def test_garbage_chunks_are_protocol_errors(data: bytes) -> None:
     with pytest.raises(UpstreamProtocolError):
-        ChunkParser("p").feed(data)
+        ChunkParser("p").feed_data(data)
 
 
 def request(**fields: Any) -> Any:
@@ -218,8 +218,8 @@ def test_any_chunk_gives_events_or_the_one_upstream_error(chunks: list[Any]) -> 
     parser = ChunkParser("p")
     try:
         for chunk in chunks:
-            parser.feed(json.dumps(chunk).encode())
-        parser.feed(b"[DONE]")
+            parser.feed_data(json.dumps(chunk).encode())
+        parser.feed_data(b"[DONE]")
     except GatewayError:
         pass
 
@@ -240,4 +240,4 @@ def test_any_chunk_gives_events_or_the_one_upstream_error(chunks: list[Any]) -> 
 )
 def test_malformed_chunks_are_protocol_errors(chunk: dict[str, Any]) -> None:
     with pytest.raises(UpstreamProtocolError, match="malformed chunk"):
-        ChunkParser("p").feed(json.dumps(chunk).encode())
+        ChunkParser("p").feed_data(json.dumps(chunk).encode())

@@ -1,16 +1,18 @@
 """The ``openai_compatible`` provider type (vLLM, and servers that speak its dialect).
 
-Pure parts: :func:`build_body` (client request → upstream body) and :class:`ChunkParser`
-(upstream chunk objects → gateway events). The I/O lives in ``providers/http.py``.
+Pure parts: :func:`build_body` (client request → upstream body), :class:`ChunkParser`
+(upstream chunk objects → gateway events), :func:`parse_completion` (a whole answer) and
+:class:`OpenAICompatibleDialect`, the table entry. The I/O lives in ``providers/upstream.py``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from trio_gateway.config import Capability, ProviderConfig
-from trio_gateway.errors import UpstreamProtocolError
+from trio_gateway.errors import GatewayError, UpstreamProtocolError
 from trio_gateway.events import (
     Event,
     ReasoningDelta,
@@ -20,9 +22,11 @@ from trio_gateway.events import (
     ToolCallDelta,
     Usage,
 )
+from trio_gateway.providers.dialect import UpstreamCall
 from trio_gateway.request import GATEWAY_FIELDS, ChatRequest
+from trio_gateway.sse import SSEEvent
 from trio_gateway.toolcalls import ToolCallAssembler
-from trio_gateway.upstream_errors import classify_inband
+from trio_gateway.upstream_errors import classify_inband, classify_status
 
 # Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
 IGNORED_FIELDS = frozenset({"store", "metadata", "user"})
@@ -82,7 +86,10 @@ class ChunkParser:
     def done(self) -> bool:
         return self._done
 
-    def feed(self, data: bytes) -> list[Event]:
+    def feed(self, event: SSEEvent) -> list[Event]:
+        return self.feed_data(event.data)
+
+    def feed_data(self, data: bytes) -> list[Event]:
         if data == b"[DONE]":
             return self._finish()
         if self._done:
@@ -193,3 +200,59 @@ class ChunkParser:
             f"{self._provider} closed the stream before the answer finished",
             provider=self._provider,
         )
+
+
+def parse_completion(provider: str, body: bytes) -> list[Event]:
+    """A whole ``chat.completion`` object (a server that answered a stream request without
+    streaming) → the events its stream would have given."""
+    try:
+        completion = json.loads(body)
+        choice = completion["choices"][0]
+        message = choice["message"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise UpstreamProtocolError(
+            f"{provider} sent a whole answer that is not a chat completion", provider=provider
+        ) from None
+    parser = ChunkParser(provider)
+    delta = (
+        {k: v for k, v in message.items() if k != "tool_calls"} if isinstance(message, dict) else {}
+    )
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if isinstance(calls, list):
+        delta["tool_calls"] = [
+            {**call, "index": i} if isinstance(call, dict) else call for i, call in enumerate(calls)
+        ]
+    events = parser.feed_data(
+        json.dumps(
+            {"choices": [{"delta": delta, "finish_reason": choice.get("finish_reason")}]}
+        ).encode()
+    )
+    usage = completion.get("usage")
+    if isinstance(usage, dict):
+        events += parser.feed_data(json.dumps({"choices": [], "usage": usage}).encode())
+    return events + parser.feed_data(b"[DONE]")
+
+
+class OpenAICompatibleDialect:
+    """vLLM and the servers that speak its dialect: the request passes through nearly as is."""
+
+    def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
+        return UpstreamCall(
+            url=provider.endpoint + "/chat/completions",
+            body=json.dumps(build_body(request, provider), ensure_ascii=False).encode(),
+            headers={"content-type": "application/json", "accept": "text/event-stream"},
+        )
+
+    def new_parser(self, provider: str) -> ChunkParser:
+        return ChunkParser(provider)
+
+    def parse_whole(self, provider: str, body: bytes) -> list[Event]:
+        return parse_completion(provider, body)
+
+    def classify_error(
+        self, provider: str, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> GatewayError:
+        return classify_status(provider, status, body, headers.get("retry-after"))
+
+    def auth_headers(self, credential: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {credential}"}

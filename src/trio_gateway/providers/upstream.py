@@ -1,61 +1,41 @@
-"""The I/O shell of an ``openai_compatible`` provider: one httpx pool and one gate per provider.
+"""The vendor-neutral I/O shell of a provider: one httpx pool, one gate, one dialect.
 
-Foreign exceptions (httpx, trio timeouts) become gateway errors here and nowhere else.
+Everything a vendor does differently is in its dialect (``providers/dialect.py``); this module
+only moves bytes, and keeps the same guarantees for every vendor: deadlines for the first byte
+and between chunks, the upstream response closed the moment the request's scope is cancelled
+(how vLLM learns to abort), bounded buffers, and foreign exceptions mapped here and nowhere else.
+Credentials are attached per request from the provider's token source, and scrubbed from any
+error text an upstream sends back.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 
 import attrs
 import httpx
 import trio
 
-from trio_gateway.config import ProviderConfig, Secret
-from trio_gateway.errors import (
-    UpstreamProtocolError,
-    UpstreamTimeout,
-    UpstreamUnreachable,
-)
+from trio_gateway.config import ProviderConfig
+from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.events import Event
-from trio_gateway.providers.openai_compatible import ChunkParser, build_body
+from trio_gateway.providers import dialect_for
+from trio_gateway.providers.dialect import Dialect
+from trio_gateway.providers.httpx_errors import map_httpx_errors, read_limited
+from trio_gateway.providers.translate import REDACTED, redact_credentials
+from trio_gateway.providers.vertex_auth import TokenSource
 from trio_gateway.request import ChatRequest
 from trio_gateway.sse import SSEDecodeError, SSEDecoder
-from trio_gateway.upstream_errors import classify_status
 
 Emit = Callable[[Event], Awaitable[None]]
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
+# A whole (non-streamed) answer from a server that ignored "stream": bounded like everything.
+MAX_WHOLE_BODY_BYTES = 16 * 1024 * 1024
 AFTER_DONE_GRACE_S = 1.0
 # Probes (and a slot being handed over) may briefly need connections beyond max_inflight.
 POOL_HEADROOM = 2
-
-
-@contextmanager
-def map_httpx_errors(provider: str) -> Iterator[None]:
-    try:
-        yield
-    except httpx.ConnectTimeout:
-        raise UpstreamUnreachable(f"{provider}: connect timed out", provider=provider) from None
-    except httpx.ConnectError as exc:
-        raise UpstreamUnreachable(
-            f"{provider}: cannot connect ({exc or 'connection refused'})", provider=provider
-        ) from None
-    except httpx.PoolTimeout:
-        raise UpstreamUnreachable(
-            f"{provider}: no connection free in the pool", provider=provider
-        ) from None
-    except httpx.TimeoutException as exc:
-        raise UpstreamTimeout(f"{provider}: {exc or 'timed out'}", provider=provider) from None
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-        raise UpstreamProtocolError(
-            f"{provider}: connection lost ({exc or exc.__class__.__name__})", provider=provider
-        ) from None
-    except httpx.HTTPError as exc:
-        raise UpstreamProtocolError(f"{provider}: {exc!r}", provider=provider) from None
 
 
 @attrs.frozen
@@ -66,19 +46,21 @@ class GateStats:
 
 
 class Upstream:
-    """One provider: its config, connection pool and admission gate."""
+    """One provider: its config, connection pool, admission gate, dialect and credential."""
 
     def __init__(
-        self, config: ProviderConfig, api_key: Secret | None, client: httpx.AsyncClient
+        self,
+        config: ProviderConfig,
+        credential: TokenSource | None,
+        client: httpx.AsyncClient,
+        dialect: Dialect | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
         self.gate = trio.CapacityLimiter(config.max_inflight)
+        self.dialect = dialect if dialect is not None else dialect_for(config.type)
+        self._credential = credential
         self._client = client
-        self._url = config.base_url.rstrip("/") + "/chat/completions"
-        self._headers = {"content-type": "application/json", "accept": "text/event-stream"}
-        if api_key is not None:
-            self._headers["authorization"] = f"Bearer {api_key.value}"
         self._probe_request = ChatRequest(
             alias="(probe)",
             body={"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
@@ -125,7 +107,9 @@ class Upstream:
     async def read_load(self) -> int | None:
         """vLLM's ``GET /load`` (``--enable-server-load-tracking``): requests it holds now,
         from every client, not only this gateway. None when the server does not offer it."""
-        root = self.config.base_url.rstrip("/").removesuffix("/v1")
+        if self.config.type != "openai_compatible":
+            return None
+        root = self.config.endpoint.removesuffix("/v1")
         try:
             with trio.fail_after(self.config.connect_timeout_s):
                 response = await self._client.get(root + "/load")
@@ -141,11 +125,40 @@ class Upstream:
         is how vLLM learns to abort.
         """
         config = self.config
-        body = json.dumps(build_body(request, config), ensure_ascii=False).encode()
+        call = self.dialect.build_call(request, config)
         first_deadline = trio.current_time() + config.first_token_timeout_s
+        secret: str | None = None
+        headers = dict(call.headers)
+        try:
+            with trio.fail_at(first_deadline):
+                if self._credential is not None:
+                    secret = await self._credential.token()
+                    headers.update(self.dialect.auth_headers(secret))
+        except trio.TooSlowError:
+            raise UpstreamTimeout(
+                f"{self.name}: no credential within {config.first_token_timeout_s:g} s",
+                provider=self.name,
+            ) from None
+        try:
+            await self._exchange(call.url, call.body, headers, emit, first_deadline)
+        except GatewayError as exc:
+            # Vendors echo parts of a refused key back ("Incorrect API key provided: sk-...").
+            exc.message = _scrub(exc.message, secret)
+            exc.args = (exc.message,)
+            raise
+
+    async def _exchange(
+        self,
+        url: str,
+        body: bytes,
+        headers: dict[str, str],
+        emit: Emit,
+        first_deadline: float,
+    ) -> None:
+        config = self.config
         with map_httpx_errors(self.name):
             upstream_request = self._client.build_request(
-                "POST", self._url, content=body, headers=self._headers
+                "POST", url, content=body, headers=headers
             )
             try:
                 with trio.fail_at(first_deadline):
@@ -159,21 +172,40 @@ class Upstream:
                 if response.status_code != 200:
                     error_body = b""
                     with trio.move_on_after(config.idle_timeout_s):
-                        error_body = await _read_limited(response, MAX_ERROR_BODY_BYTES)
-                    raise classify_status(
-                        self.name,
-                        response.status_code,
-                        error_body,
-                        response.headers.get("retry-after"),
+                        error_body = await read_limited(response, MAX_ERROR_BODY_BYTES)
+                    raise self.dialect.classify_error(
+                        self.name, response.status_code, error_body, response.headers
                     )
-                await self._relay(response, emit, first_deadline)
+                content_type = response.headers.get("content-type", "")
+                if content_type.startswith("application/json"):
+                    await self._whole(response, emit, first_deadline)
+                else:
+                    await self._relay(response, emit, first_deadline)
             finally:
                 await response.aclose()
+
+    async def _whole(self, response: httpx.Response, emit: Emit, first_deadline: float) -> None:
+        """A server that answered the stream request with one JSON body."""
+        try:
+            with trio.fail_at(first_deadline):
+                body = await read_limited(response, MAX_WHOLE_BODY_BYTES + 1)
+        except trio.TooSlowError:
+            raise UpstreamTimeout(
+                f"{self.name}: no whole answer within {self.config.first_token_timeout_s:g} s",
+                provider=self.name,
+            ) from None
+        if len(body) > MAX_WHOLE_BODY_BYTES:
+            raise UpstreamProtocolError(
+                f"{self.name}: a whole answer larger than {MAX_WHOLE_BODY_BYTES} bytes",
+                provider=self.name,
+            )
+        for event in self.dialect.parse_whole(self.name, body):
+            await emit(event)
 
     async def _relay(self, response: httpx.Response, emit: Emit, first_deadline: float) -> None:
         config = self.config
         decoder = SSEDecoder()
-        parser = ChunkParser(self.name)
+        parser = self.dialect.new_parser(self.name)
         chunks = response.aiter_bytes()
         started = False
         while True:
@@ -199,7 +231,7 @@ class Upstream:
             for sse in sses:
                 if not sse.data:
                     continue
-                for event in parser.feed(sse.data):
+                for event in parser.feed(sse):
                     started = True
                     await emit(event)
                 if parser.done:
@@ -213,20 +245,19 @@ class Upstream:
                 async for _ in chunks:
                     pass
             return
-        for sse in decoder.close():
+        try:
+            rest = decoder.close()
+        except SSEDecodeError as exc:
+            raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
+        for sse in rest:
             if sse.data:
-                for event in parser.feed(sse.data):
+                for event in parser.feed(sse):
                     await emit(event)
         for event in parser.close():
             await emit(event)
 
 
-async def _read_limited(response: httpx.Response, limit: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    async for part in response.aiter_bytes():
-        parts.append(part)
-        size += len(part)
-        if size >= limit:
-            break
-    return b"".join(parts)[:limit]
+def _scrub(message: str, secret: str | None) -> str:
+    if secret:
+        message = message.replace(secret, REDACTED)
+    return redact_credentials(message)

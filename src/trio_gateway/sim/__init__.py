@@ -1,9 +1,12 @@
 """A simulated vLLM 0.32.0 server (OpenAI-compatible dialect) for tests, benchmarks, and as the
-gateway's default upstream. See docs/simulator.md.
+gateway's default upstream; with `dialect` it speaks OpenAI's, Anthropic's or Gemini's API
+instead, over the same scripted model and engine. See docs/simulator.md.
 
 Pure core: `text` (tokens, prompt counting), `request` (validation), `script` (the output plan),
-`errors` and `wire` (vLLM's exact bodies), `sched` (scheduling rules). Thin shell: `engine`
-(the trio loop), `app` (ASGI), `server` (`serve_sim`), `cli` (`sim_main`).
+`errors` and `wire` (vLLM's exact bodies), `openai_wire`, `anthropic_wire`, `gemini_wire` and
+`oauth` (the other dialects), `sched` (scheduling rules). Thin shell: `engine` (the trio loop),
+`shell` (shared answer I/O), `app`, `app_anthropic`, `app_gemini` (ASGI), `server`
+(`serve_sim`), `cli` (`sim_main`).
 """
 
 from .cli import sim_main

@@ -13,12 +13,15 @@ from typing import Any
 import attrs
 import trio
 
-from .config import SimConfig
+from .config import DIALECTS, SimConfig
 from .server import serve_sim
 
 __all__ = ["build_parser", "parse_args", "sim_main"]
 
 DEFAULT_LISTEN = "127.0.0.1:8000"
+_TITLES = {"vllm": "vLLM", "openai": "OpenAI", "anthropic": "Anthropic", "gemini": "Gemini"}
+# What to paste as the SDK's base_url: OpenAI-style clients want /v1, the others the root.
+_PATHS = {"vllm": "/v1", "openai": "/v1", "anthropic": "", "gemini": ""}
 
 
 def _flag(name: str) -> str:
@@ -28,7 +31,10 @@ def _flag(name: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trio-gateway sim",
-        description="A vLLM 0.32.0 simulator speaking its OpenAI-compatible dialect.",
+        description=(
+            "A simulated LLM server: vLLM 0.32.0's OpenAI-compatible dialect by default, or "
+            "OpenAI, Anthropic or Gemini (--dialect)."
+        ),
     )
     parser.add_argument(
         "--listen",
@@ -38,13 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for field in attrs.fields(SimConfig):
         default = field.default
-        help_text = f"default: {default!r}" if field.name != "api_key" else "default: none"
+        secret = field.name in ("api_key", "oauth_public_key_pem")
+        help_text = "default: none" if secret else f"default: {default!r}"
         # Unset flags stay out of the namespace, so SimConfig's own defaults apply.
         common: dict[str, Any] = {"default": argparse.SUPPRESS, "dest": field.name}
         if isinstance(default, bool):
             parser.add_argument(
                 _flag(field.name), action=argparse.BooleanOptionalAction, help=help_text, **common
             )
+        elif field.name == "dialect":
+            parser.add_argument(_flag(field.name), choices=DIALECTS, help=help_text, **common)
         elif isinstance(default, int | float):
             parser.add_argument(_flag(field.name), type=type(default), help=help_text, **common)
         else:
@@ -79,7 +88,8 @@ async def _run(config: SimConfig, host: str, port: int) -> None:
         async with trio.open_nursery() as nursery:
             handle = await nursery.start(partial(serve_sim, config, host=host, port=port))
             print(
-                f"vLLM simulator serving {config.served_model_name!r} on {handle.base_url}/v1",
+                f"{_TITLES[config.dialect]} simulator serving {config.served_model_name!r} "
+                f"on {handle.base_url}{_PATHS[config.dialect]}",
                 flush=True,
             )
             async for _ in signals:

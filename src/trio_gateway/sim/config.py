@@ -10,7 +10,10 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-__all__ = ["SimConfig"]
+__all__ = ["DIALECTS", "SimConfig"]
+
+# The wire the simulator speaks; the scripted model and the engine are the same for all.
+DIALECTS = ("vllm", "openai", "anthropic", "gemini")
 
 _positive_int = [v.instance_of(int), v.ge(1)]
 _non_negative_int = [v.instance_of(int), v.ge(0)]
@@ -27,6 +30,10 @@ def _as_float(value: float | int) -> float:
 @attrs.frozen(kw_only=True)
 class SimConfig:
     """What the simulated `vllm serve` was started with, and how fast its fake GPU is."""
+
+    # Which API the simulator imitates: vLLM's OpenAI-compatible server (the default),
+    # OpenAI's own Chat Completions, Anthropic Messages, or Gemini (AI Studio and Vertex AI).
+    dialect: str = attrs.field(default="vllm", validator=v.in_(DIALECTS))
 
     # --served-model-name: the only name requests may use.
     served_model_name: str = attrs.field(default="qwen3-32b", validator=v.instance_of(str))
@@ -63,5 +70,15 @@ class SimConfig:
     # Real vLLM aborts a request whose client left. False simulates a server that cannot see
     # the disconnect (keeps generating for nobody), to measure what that costs.
     abort_on_disconnect: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    # gemini: `POST /token` verifies the signature of JWT grants with this RSA public key
+    # (PEM) when set; without it the JWT's shape and claims are still checked.
+    oauth_public_key_pem: str | None = attrs.field(
+        default=None, validator=v.optional(v.instance_of(str))
+    )
+    # gemini: `expires_in` of the access tokens `POST /token` grants.
+    oauth_token_lifetime_s: int = attrs.field(default=3600, validator=_positive_int)
+    # gemini: Vertex AI paths accept only unexpired tokens from `POST /token`. Off: a bearer
+    # equal to `api_key` (or anything, without an api_key) works too.
+    vertex_require_token: bool = attrs.field(default=False, validator=v.instance_of(bool))
     # Hypercorn's access log (one line per request) is noise in tests and benchmarks.
     access_log: bool = attrs.field(default=False, validator=v.instance_of(bool))

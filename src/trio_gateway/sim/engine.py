@@ -52,6 +52,7 @@ class SimStats:
     last_request_body: Any
     last_request_bodies: tuple[Any, ...]  # oldest first, at most RECORDED_REQUESTS
     last_request_headers: tuple[Mapping[str, str], ...]
+    token_grants: int = 0  # access tokens granted by the gemini dialect's `POST /token`
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -79,6 +80,11 @@ class SimSequence:
     def mark_client_left(self) -> None:
         self._engine._mark_client_left(self.seq_id)
 
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the prefix cache served; known once the first token arrived."""
+        return self._engine._cached.get(self.seq_id, 0)
+
 
 class SimEngine:
     def __init__(self, config: SimConfig) -> None:
@@ -86,6 +92,9 @@ class SimEngine:
         self._sched = Scheduler(config)
         self._ids = itertools.count(1)
         self._senders: dict[int, trio.MemorySendChannel[int]] = {}
+        # Prefix-cache hits of live sequences (entries leave with their sequence).
+        self._cached: dict[int, int] = {}
+        self._token_grants = 0
         self._wake = trio.Event()
         # Set (and replaced) whenever anything in `stats()` may have changed.
         self._changed = trio.Event()
@@ -114,6 +123,10 @@ class SimEngine:
         self._errors += 1
         self._notify()
 
+    def note_token_grant(self) -> None:
+        self._token_grants += 1
+        self._notify()
+
     def fault_applies(self, script_key: str | None, times: int | None) -> bool:
         """Whether a scripted fault fires for this request: always without `times`, else for
         the first `times` requests carrying the same script (so a retry can succeed)."""
@@ -131,7 +144,7 @@ class SimEngine:
     def reset(self) -> None:
         """Zero the counters (tests share one simulator); running work is not touched."""
         self._sched.reset_counters()
-        self._requests = self._errors = self._disconnects = 0
+        self._requests = self._errors = self._disconnects = self._token_grants = 0
         self._bodies.clear()
         self._headers.clear()
         self._fault_uses.clear()
@@ -159,6 +172,7 @@ class SimEngine:
             last_request_body=self._bodies[-1] if self._bodies else None,
             last_request_bodies=tuple(self._bodies),
             last_request_headers=tuple(self._headers),
+            token_grants=self._token_grants,
         )
 
     async def wait_until(self, predicate: Callable[[SimStats], bool]) -> SimStats:
@@ -207,6 +221,7 @@ class SimEngine:
                 yield SimSequence(self, seq_id, receive)
         finally:
             self._senders.pop(seq_id, None)
+            self._cached.pop(seq_id, None)
             send.close()
             if self._sched.abort(seq_id):
                 self._poke()  # a slot is free: let the next waiting sequence in
@@ -254,6 +269,8 @@ class SimEngine:
                 send = self._senders.get(emitted.seq_id)
                 if send is None:
                     continue
+                if emitted.index == 0:
+                    self._cached[emitted.seq_id] = emitted.cached_tokens
                 # Cannot block: the room was checked before the step and only we send.
                 send.send_nowait(emitted.index)
                 if emitted.done:

@@ -19,6 +19,7 @@ __all__ = [
     "method_not_allowed",
     "model_not_found",
     "payload_too_large",
+    "retry_after_header",
     "route_not_found",
     "script_error",
     "simulated_fault",
@@ -107,19 +108,24 @@ def payload_too_large(limit_bytes: int) -> ApiError:
     return bad_request(f"request body larger than {limit_bytes} bytes")
 
 
-def simulated_fault(status: int, body: Any | None, retry_after: float | None) -> ApiError:
+def retry_after_header(retry_after: float | None) -> tuple[tuple[str, str], ...]:
+    if retry_after is None:
+        return ()
+    text = str(int(retry_after)) if float(retry_after).is_integer() else str(retry_after)
+    return (("retry-after", text),)
+
+
+def simulated_fault(
+    status: int, body: Any | None, retry_after: float | None, error: str | None = None
+) -> ApiError:
     """The answer of a `{"status": ...}` script step."""
     if body is None:
         body = {
             "error": {
                 "message": f"simulated HTTP {status}",
-                "type": "SimulatedError",
+                "type": error or "SimulatedError",
                 "param": None,
                 "code": status,
             }
         }
-    headers: tuple[tuple[str, str], ...] = ()
-    if retry_after is not None:
-        text = str(int(retry_after)) if float(retry_after).is_integer() else str(retry_after)
-        headers = (("retry-after", text),)
-    return ApiError(status=status, body=body, headers=headers)
+    return ApiError(status=status, body=body, headers=retry_after_header(retry_after))

@@ -19,7 +19,7 @@ from .config import SimConfig
 from .errors import ApiError
 from .text import PromptInfo, count_prompt
 
-__all__ = ["ChatRequest", "parse_chat_request"]
+__all__ = ["ChatRequest", "chat_request_from", "decode_body", "parse_chat_request"]
 
 
 @attrs.frozen(kw_only=True)
@@ -36,6 +36,8 @@ class ChatRequest:
     parse_tools: bool
     parallel_tool_calls: bool
     prompt: PromptInfo
+    # Qwen3 writes "\n\n" after its thinking; the cloud models' text starts right away.
+    blank_after_think: bool = True
 
 
 def _decode(body: bytes) -> dict[str, Any] | ApiError:
@@ -92,10 +94,22 @@ def _tool_choice(data: Mapping[str, Any]) -> Any:
     return choice
 
 
+def decode_body(body: bytes) -> dict[str, Any] | ApiError:
+    """The JSON object of a request body, or vLLM's 400 for anything else."""
+    return _decode(body)
+
+
 def parse_chat_request(body: bytes, config: SimConfig) -> ChatRequest | ApiError:
     data = _decode(body)
     if isinstance(data, ApiError):
         return data
+    return chat_request_from(data, config)
+
+
+def chat_request_from(
+    data: Mapping[str, Any], config: SimConfig, *, blank_after_think: bool = True
+) -> ChatRequest | ApiError:
+    """Validate a decoded chat-completion body (see `parse_chat_request`)."""
     problem = _check_types(data)
     if problem is not None:
         return problem
@@ -144,4 +158,5 @@ def parse_chat_request(body: bytes, config: SimConfig) -> ChatRequest | ApiError
         parse_tools=parse_tools,
         parallel_tool_calls=data.get("parallel_tool_calls") is not False,
         prompt=prompt,
+        blank_after_think=blank_after_think,
     )

@@ -42,6 +42,7 @@ class _Seq:
     generated: int = 0
     resume_at: float = 0.0
     client_left: bool = False
+    cached_tokens: int = 0  # prompt tokens the prefix cache had at admission
 
 
 @attrs.frozen(kw_only=True)
@@ -49,6 +50,7 @@ class Emitted:
     seq_id: int
     index: int  # which token of the sequence this is
     done: bool  # it was the last one; the sequence has left the engine
+    cached_tokens: int = 0  # the sequence's prompt tokens served by the prefix cache
 
 
 @attrs.define
@@ -148,6 +150,7 @@ class Scheduler:
             seq = self._waiting.popleft()
             hits = self._lookup_prefix(seq.spec.block_hashes)
             to_prefill += seq.spec.prompt_tokens - hits
+            seq.cached_tokens = hits
             self.counters.prompt_tokens += seq.spec.prompt_tokens
             # vLLM counts queries in prompt tokens, hits in cached tokens.
             self.counters.prefix_cache_queries += seq.spec.prompt_tokens
@@ -195,7 +198,9 @@ class Scheduler:
                 self._count_finish(seq.spec.finish_reason)
             else:
                 seq.resume_at = now + seq.spec.delays.get(seq.generated, 0.0)
-            out.append(Emitted(seq_id=seq_id, index=index, done=done))
+            out.append(
+                Emitted(seq_id=seq_id, index=index, done=done, cached_tokens=seq.cached_tokens)
+            )
         return out
 
     # ---- internals ----

@@ -92,6 +92,11 @@ class Fault:
     retry_after: float | None = None
     # Only the first `times` requests carrying this same script fail (None: all of them).
     times: int | None = None
+    # The dialect's name for the error (vLLM/OpenAI `type` or `code`, Anthropic `error.type`,
+    # Google `status`), when the status alone does not say it (e.g. `insufficient_quota`).
+    error: str | None = None
+    # Fail after the tokens before this step were sent: an error inside a 200 stream.
+    in_stream: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -165,7 +170,7 @@ _STEP_KEYS: dict[str, frozenset[str]] = {
     "text": frozenset({"text"}),
     "text_tokens": frozenset({"text_tokens"}),
     "tool_call": frozenset({"tool_call"}),
-    "status": frozenset({"status", "body", "retry_after", "times"}),
+    "status": frozenset({"status", "body", "retry_after", "times", "error", "in_stream"}),
     "delay_s": frozenset({"delay_s"}),
     "drop": frozenset({"drop"}),
     "finish": frozenset({"finish"}),
@@ -194,11 +199,18 @@ def _parse_step(step: Any, i: int) -> Step:
     if kind == "status":
         retry = step.get("retry_after")
         times = step.get("times")
+        error = step.get("error")
+        if error is not None and (not isinstance(error, str) or not error):
+            raise ScriptError('"error" must be a non-empty string')
+        if not isinstance(step.get("in_stream", False), bool):
+            raise ScriptError('"in_stream" must be a boolean')
         return Fault(
             status=_int(step["status"], '"status"', 100, 599),
             body=step.get("body"),
             retry_after=None if retry is None else _number(retry, '"retry_after"', 0, 86400),
             times=None if times is None else _int(times, '"times"', 0, 1_000_000),
+            error=error,
+            in_stream=step.get("in_stream", False),
         )
     if kind == "delay_s":
         return Delay(seconds=_number(step["delay_s"], '"delay_s"', 0, MAX_DELAY_S))
@@ -303,9 +315,19 @@ class Generation:
     # Write each SSE event holding a multi-byte character in two pieces cut inside it.
     split_utf8: bool = False
     fault: Fault | None = None
+    # Seconds to wait before answering `fault`, or before sending `stream_fault`.
     fault_delay_s: float = 0.0
+    # An in-stream fault: sent once `fault_after` tokens were sent, then the answer ends.
+    stream_fault: Fault | None = None
+    fault_after: int | None = None
     script_key: str | None = None
     tool_calls: int = 0
+
+    @property
+    def stop_after(self) -> int | None:
+        """Tokens to send before the answer is cut short (drop or in-stream fault), if it is."""
+        cuts = [n for n in (self.drop_after, self.fault_after) if n is not None]
+        return min(cuts) if cuts else None
 
 
 @attrs.define
@@ -365,6 +387,8 @@ def plan_generation(request: ChatRequest, config: SimConfig) -> Generation:
 
     out = _Builder()
     fault: Fault | None = None
+    stream_fault: Fault | None = None
+    fault_after: int | None = None
     fault_delay = 0.0
     drop_after: int | None = None
     finish: FinishReason | None = None
@@ -376,7 +400,8 @@ def plan_generation(request: ChatRequest, config: SimConfig) -> Generation:
         nonlocal think_open
         if think_open:
             out.add(tag_kind, "</think>")
-            out.add("content", "\n\n")  # Qwen3 writes a blank line after its thinking
+            if request.blank_after_think:
+                out.add("content", "\n\n")  # Qwen3 writes a blank line after its thinking
             think_open = False
 
     if think:
@@ -404,6 +429,12 @@ def plan_generation(request: ChatRequest, config: SimConfig) -> Generation:
             close_think()
             _add_tool_call(out, step, tool_calls, request)
             tool_calls += 1
+        elif isinstance(step, Fault) and step.in_stream:
+            if fault is None:
+                # Nothing after an in-stream error is ever sent: the script ends here.
+                stream_fault, fault_after = step, len(out.tokens)
+                fault_delay = out.pending_delay
+                break
         elif isinstance(step, Fault):
             if fault is None:
                 fault, fault_delay = step, out.pending_delay
@@ -440,6 +471,8 @@ def plan_generation(request: ChatRequest, config: SimConfig) -> Generation:
         finish = "length"
     if drop_after is not None and drop_after >= len(tokens):
         drop_after = None  # the answer ends before the drop point: nothing to drop
+    if fault_after is not None and fault_after >= len(tokens):
+        stream_fault = fault_after = None  # cut by max_tokens before the error
     return Generation(
         tokens=tuple(tokens),
         finish_reason=finish,
@@ -447,6 +480,8 @@ def plan_generation(request: ChatRequest, config: SimConfig) -> Generation:
         split_utf8=split_utf8,
         fault=fault,
         fault_delay_s=fault_delay,
+        stream_fault=stream_fault,
+        fault_after=fault_after,
         script_key=script.key or None,
         tool_calls=tool_calls,
     )

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
-from .script import FinishReason, Generation, Token
+from . import errors
+from .script import Fault, FinishReason, Generation, Token
 
 __all__ = [
     "SSE_DONE",
@@ -23,6 +24,7 @@ __all__ = [
     "metrics_text",
     "models_body",
     "sse",
+    "vllm_fault_body",
 ]
 
 VLLM_VERSION = "0.32.0"
@@ -50,20 +52,53 @@ class ResponseContext:
     tool_call_ids: tuple[str, ...]  # "chatcmpl-tool-<16 hex>", one per tool call
     include_usage: bool = False
     continuous_usage: bool = False
+    # "openai": OpenAI's own API. Reasoning is counted but never shown, vLLM's extra keys
+    # are left out, and usage reports cached prompt tokens.
+    dialect: str = "vllm"
 
 
-def _stream_usage(ctx: ResponseContext, completion: int, reasoning: int) -> dict[str, Any]:
-    return {
+# Keys only vLLM writes; OpenAI's API has none of them.
+_VLLM_ONLY = frozenset(
+    {
+        "prompt_token_ids", "prompt_text", "token_ids", "stop_reason", "routed_experts",
+        "prompt_logprobs", "kv_transfer_params", "ec_transfer_params", "metrics", "reasoning",
+    }
+)  # fmt: skip
+
+
+def _dialect(ctx: ResponseContext, value: dict[str, Any]) -> dict[str, Any]:
+    if ctx.dialect != "openai":
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in _VLLM_ONLY:
+            continue
+        if isinstance(item, dict):
+            item = _dialect(ctx, item)
+        elif isinstance(item, list):
+            item = [_dialect(ctx, x) if isinstance(x, dict) else x for x in item]
+        out[key] = item
+    return out
+
+
+def _stream_usage(
+    ctx: ResponseContext, completion: int, reasoning: int, cached: int = 0
+) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": ctx.prompt_tokens,
         "total_tokens": ctx.prompt_tokens + completion,
         "completion_tokens": completion,
         "completion_tokens_details": {"reasoning_tokens": reasoning},
     }
+    if ctx.dialect == "openai":
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
 
 
 def _delta(token: Token, ctx: ResponseContext) -> dict[str, Any] | None:
     if token.kind == "reasoning":
-        return {"reasoning": token.text}
+        # OpenAI's Chat Completions never return reasoning text, only its token count.
+        return None if ctx.dialect == "openai" else {"reasoning": token.text}
     if token.kind == "content":
         return {"content": token.text}
     if token.kind == "tool_name":
@@ -89,11 +124,23 @@ class StreamRenderer:
     token's chunk when the token is visible, as a chunk with an empty delta otherwise.
     """
 
-    def __init__(self, ctx: ResponseContext, generation: Generation) -> None:
+    def __init__(
+        self,
+        ctx: ResponseContext,
+        generation: Generation,
+        fault_body: Callable[[Fault], Any] | None = None,
+    ) -> None:
         self._ctx = ctx
         self._tokens = generation.tokens
         self._finish: FinishReason = generation.finish_reason
         self._reasoning = 0
+        self._cached = 0
+        self._fault_body = fault_body or vllm_fault_body
+
+    def stream_error(self, fault: Fault) -> list[bytes]:
+        # vLLM's serving layer writes a failing stream's error as one more event, then [DONE];
+        # the openai SDK raises on a chunk with an `error` key.
+        return [sse(self._fault_body(fault)), SSE_DONE]
 
     def _chunk(self, choice: dict[str, Any], completion: int) -> dict[str, Any]:
         ctx = self._ctx
@@ -105,12 +152,20 @@ class StreamRenderer:
             "choices": [choice],
         }
         if ctx.continuous_usage:
-            chunk["usage"] = _stream_usage(ctx, completion, self._reasoning)
+            chunk["usage"] = _stream_usage(ctx, completion, self._reasoning, self._cached)
         return chunk
 
-    def token(self, index: int) -> list[bytes]:
-        events: list[bytes] = []
+    def token(self, index: int, cached_tokens: int = 0) -> list[bytes]:
+        # None stands for the closing [DONE].
+        return [
+            SSE_DONE if chunk is None else sse(_dialect(self._ctx, chunk))
+            for chunk in self._chunks(index, cached_tokens)
+        ]
+
+    def _chunks(self, index: int, cached_tokens: int) -> list[dict[str, Any] | None]:
+        events: list[dict[str, Any] | None] = []
         if index == 0:
+            self._cached = cached_tokens
             first = self._chunk(
                 {
                     "index": 0,
@@ -122,7 +177,7 @@ class StreamRenderer:
             )
             first["prompt_token_ids"] = None
             first["prompt_text"] = None
-            events.append(sse(first))
+            events.append(first)
         token = self._tokens[index]
         if token.kind == "reasoning":
             self._reasoning += 1
@@ -137,7 +192,7 @@ class StreamRenderer:
                     "finish_reason": None,
                     "token_ids": None,
                 }
-                events.append(sse(self._chunk(choice, index + 1)))
+                events.append(self._chunk(choice, index + 1))
             return events
         choice = {
             "index": 0,
@@ -150,7 +205,7 @@ class StreamRenderer:
         final = self._chunk(choice, index + 1)
         if not self._ctx.include_usage:
             final["system_fingerprint"] = self._ctx.system_fingerprint
-        events.append(sse(final))
+        events.append(final)
         if self._ctx.include_usage:
             usage_chunk = {
                 "id": self._ctx.response_id,
@@ -158,16 +213,28 @@ class StreamRenderer:
                 "created": self._ctx.created,
                 "model": self._ctx.model,
                 "choices": [],
-                "usage": _stream_usage(self._ctx, index + 1, self._reasoning),
+                "usage": _stream_usage(self._ctx, index + 1, self._reasoning, self._cached),
                 "system_fingerprint": self._ctx.system_fingerprint,
             }
-            events.append(sse(usage_chunk))
-        events.append(SSE_DONE)
+            events.append(usage_chunk)
+        events.append(None)  # [DONE]
         return events
 
 
-def completion_body(ctx: ResponseContext, generation: Generation, produced: int) -> dict[str, Any]:
+def vllm_fault_body(fault: Fault) -> Any:
+    return errors.simulated_fault(fault.status, fault.body, fault.retry_after, fault.error).body
+
+
+def completion_body(
+    ctx: ResponseContext, generation: Generation, produced: int, cached_tokens: int = 0
+) -> dict[str, Any]:
     """The non-stream body after `produced` tokens (all of them, unless cut short)."""
+    return _dialect(ctx, _completion_body(ctx, generation, produced, cached_tokens))
+
+
+def _completion_body(
+    ctx: ResponseContext, generation: Generation, produced: int, cached_tokens: int
+) -> dict[str, Any]:
     tokens = generation.tokens[:produced]
     reasoning = [t.text for t in tokens if t.kind == "reasoning"]
     content = [t.text for t in tokens if t.kind == "content"]
@@ -219,7 +286,9 @@ def completion_body(ctx: ResponseContext, generation: Generation, produced: int)
             "prompt_tokens": ctx.prompt_tokens,
             "total_tokens": ctx.prompt_tokens + len(tokens),
             "completion_tokens": len(tokens),
-            "prompt_tokens_details": None,
+            "prompt_tokens_details": (
+                {"cached_tokens": cached_tokens} if ctx.dialect == "openai" else None
+            ),
             "completion_tokens_details": {"reasoning_tokens": len(reasoning)},
         },
         "prompt_logprobs": None,

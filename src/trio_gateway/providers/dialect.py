@@ -1,0 +1,83 @@
+"""What a vendor's wire dialect must provide: pure functions and parsers, no I/O.
+
+The I/O shell (``providers/upstream.py``) is the same for every vendor: it asks the dialect for
+the upstream call, sends it, feeds the SSE events it reads to the dialect's parser, emits the
+events that come out, and asks the dialect what a non-2xx answer means. Credentials are attached
+by the shell (``auth_headers``), never placed in a body, a URL or a log line.
+
+A parser turns one upstream answer into the gateway's events, in this order:
+
+- ``ResponseStarted(provider)`` once, before anything else;
+- ``ReasoningDelta`` / ``TextDelta`` / ``ToolCallDelta`` fragments as they arrive (thinking text is
+  always ``ReasoningDelta``, never ``TextDelta``; each tool call has a stable ``index`` and, on its
+  first fragment, an ``id`` and a ``name``: a vendor without ids gets generated ones);
+- at the end: every ``ToolCallDone`` (from ``toolcalls.ToolCallAssembler.finish``), then one
+  ``Usage`` (the answer's cumulative totals, normalised as OpenAI counts them: cached tokens are
+  inside prompt tokens, reasoning tokens inside completion tokens), then ``ResponseDone`` with an
+  OpenAI ``finish_reason`` (``stop``, ``length``, ``tool_calls``, ``content_filter``);
+  ``finish_reason`` is ``tool_calls`` whenever the answer ends in tool calls.
+
+Errors are raised as :class:`~trio_gateway.errors.GatewayError` subclasses: an error the vendor
+sends inside its stream is raised from ``feed``; a stream that ends before the answer does is an
+``UpstreamProtocolError`` from ``close``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+import attrs
+
+from trio_gateway.config import ProviderConfig
+from trio_gateway.errors import GatewayError
+from trio_gateway.events import Event
+from trio_gateway.request import ChatRequest
+from trio_gateway.sse import SSEEvent
+
+
+@attrs.frozen(kw_only=True)
+class UpstreamCall:
+    """One HTTP request to a vendor, without its credentials."""
+
+    url: str
+    body: bytes
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+
+class StreamParser(Protocol):
+    """One upstream answer's SSE events → gateway events."""
+
+    @property
+    def done(self) -> bool:
+        """The answer is complete: the shell stops reading (and does not wait for the close)."""
+        ...
+
+    def feed(self, event: SSEEvent) -> list[Event]: ...
+
+    def close(self) -> list[Event]:
+        """The byte stream ended: the last events, or an ``UpstreamProtocolError`` if cut."""
+        ...
+
+
+class Dialect(Protocol):
+    def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
+        """The streaming request for ``request``; raises ``RequestError`` for what the vendor
+        cannot express (the gateway's validation has already run)."""
+        ...
+
+    def new_parser(self, provider: str) -> StreamParser: ...
+
+    def parse_whole(self, provider: str, body: bytes) -> list[Event]:
+        """A whole (non-streamed) JSON answer → the same events a stream would give."""
+        ...
+
+    def classify_error(
+        self, provider: str, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> GatewayError:
+        """A non-2xx answer → the gateway's error (``headers`` keys are lower case)."""
+        ...
+
+    def auth_headers(self, credential: str) -> dict[str, str]:
+        """The headers that carry ``credential`` (an API key, or an OAuth2 access token)."""
+        ...

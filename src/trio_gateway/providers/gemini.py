@@ -1,0 +1,588 @@
+"""The ``gemini`` (AI Studio) and ``vertex`` (Vertex AI) provider types as :class:`Dialect`\\s.
+
+Pure. Both speak one wire, ``streamGenerateContent?alt=sse``; they differ in the URL and in the
+credential (an API key in ``x-goog-api-key``, or an OAuth2 access token as a bearer). Request
+translation lives in ``gemini_request.py`` (its docstring tables every OpenAI field); here are
+the stream parser, the whole-answer parser and the error classification.
+
+The stream: data-only SSE frames ending in ``\\r\\n\\r\\n``, each a ``GenerateContentResponse``
+(``candidates[0].content.parts``, ``usageMetadata``); no ``[DONE]``, the close of the body ends
+it. The last chunk carries ``finishReason`` and, normally, the final ``usageMetadata``. Errors
+after the 200 come as one ``{"error": {...}}`` frame (a google.rpc Status) before the close.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+from urllib.parse import quote
+
+import attrs
+
+from trio_gateway.config import ProviderConfig
+from trio_gateway.errors import (
+    ContextLengthExceeded,
+    GatewayError,
+    InvalidRequest,
+    QuotaExhausted,
+    UpstreamAuthFailed,
+    UpstreamOverloaded,
+    UpstreamProtocolError,
+    UpstreamRateLimited,
+    UpstreamServerError,
+    UpstreamTimeout,
+)
+from trio_gateway.events import (
+    Event,
+    ReasoningDelta,
+    ResponseDone,
+    ResponseStarted,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from trio_gateway.providers.dialect import UpstreamCall
+from trio_gateway.providers.gemini_request import DROPPED_FIELDS, REFUSED_FIELDS, build_body
+from trio_gateway.providers.translate import new_tool_call_id, redact_credentials
+from trio_gateway.request import ChatRequest
+from trio_gateway.sse import SSEEvent
+from trio_gateway.toolcalls import ToolCallAssembler
+from trio_gateway.upstream_errors import MAX_MESSAGE_CHARS, is_context_length, parse_retry_after
+
+__all__ = [
+    "DROPPED_FIELDS",
+    "FINISH_REASONS",
+    "REFUSED_FIELDS",
+    "GeminiDialect",
+    "GeminiStreamParser",
+    "VertexDialect",
+    "build_body",
+    "classify_error",
+    "parse_whole",
+    "retry_delay_s",
+]
+
+# More parallel tool calls than any model makes: a bound on what one answer may hold.
+MAX_TOOL_CALLS: Final = 128
+
+# finishReason → OpenAI finish_reason. Every reason that means "the output was withheld or cut
+# by a filter" is content_filter. The rest (OTHER, LANGUAGE, MALFORMED_FUNCTION_CALL,
+# UNEXPECTED_TOOL_CALL, TOO_MANY_TOOL_CALLS, FINISH_REASON_UNSPECIFIED, and any new reason) end
+# the answer as it stands: stop, or tool_calls when calls were made.
+FINISH_REASONS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "STOP": "stop",
+        "MAX_TOKENS": "length",
+        "SAFETY": "content_filter",
+        "RECITATION": "content_filter",
+        "BLOCKLIST": "content_filter",
+        "PROHIBITED_CONTENT": "content_filter",
+        "SPII": "content_filter",
+        "IMAGE_SAFETY": "content_filter",
+        "IMAGE_PROHIBITED_CONTENT": "content_filter",
+        "IMAGE_RECITATION": "content_filter",
+        "MODEL_ARMOR": "content_filter",
+    }
+)
+
+# google.rpc.Code names → the HTTP status Google gives them: an error inside a stream may carry
+# the name only.
+_STATUS_CODES: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "INVALID_ARGUMENT": 400,
+        "FAILED_PRECONDITION": 400,
+        "OUT_OF_RANGE": 400,
+        "UNAUTHENTICATED": 401,
+        "PERMISSION_DENIED": 403,
+        "NOT_FOUND": 404,
+        "RESOURCE_EXHAUSTED": 429,
+        "CANCELLED": 499,
+        "INTERNAL": 500,
+        "UNKNOWN": 500,
+        "UNAVAILABLE": 503,
+        "DEADLINE_EXCEEDED": 504,
+    }
+)
+_RETRY_INFO: Final = "type.googleapis.com/google.rpc.RetryInfo"
+_QUOTA_FAILURE: Final = "type.googleapis.com/google.rpc.QuotaFailure"
+_ERROR_INFO: Final = "type.googleapis.com/google.rpc.ErrorInfo"
+# ErrorInfo reasons that mean the credential, not the request, is wrong. AI Studio answers a bad
+# key with HTTP 400 INVALID_ARGUMENT + API_KEY_INVALID, so the status alone does not tell.
+_AUTH_REASONS: Final = frozenset(
+    {
+        "API_KEY_INVALID",
+        "API_KEY_EXPIRED",
+        "API_KEY_SERVICE_BLOCKED",
+        "API_KEY_HTTP_REFERRER_BLOCKED",
+        "API_KEY_IP_ADDRESS_BLOCKED",
+        "ACCESS_TOKEN_EXPIRED",
+        "ACCESS_TOKEN_SCOPE_INSUFFICIENT",
+        "CREDENTIALS_MISSING",
+        "SERVICE_DISABLED",
+    }
+)
+_AUTH_MESSAGE = re.compile(r"API key (not valid|expired|invalid)", re.IGNORECASE)
+# Vertex's wording of a context overflow; AI Studio's ("The input token count (N) exceeds the
+# maximum number of tokens allowed (M)") is one of upstream_errors' patterns.
+_CONTEXT = re.compile(r"input token count is \d+ but (the )?model only supports", re.IGNORECASE)
+# FAILED_PRECONDITION that is this provider's lot, not the request's: another provider (another
+# region, another vendor) may answer.
+_PROVIDER_PRECONDITION = re.compile(
+    r"location is not supported|not available in your country", re.IGNORECASE
+)
+# A 429 that waiting seconds will not cure: a daily quota, a quota whose limit is 0 (the tier
+# has none of it), prepaid credit used up.
+_ZERO_LIMIT = re.compile(r"\blimit: 0\b")
+_NO_CREDIT = re.compile(r"prepayment credits are depleted", re.IGNORECASE)
+_OVER_QUOTA = re.compile(r"exceeded your current quota", re.IGNORECASE)
+_RETRY_IN = re.compile(r"retry in (\d+(?:\.\d+)?)s\b", re.IGNORECASE)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)s")
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class GoogleStatus:
+    """The parts of a google.rpc Status the classification reads."""
+
+    message: str
+    status: str | None = None
+    code: int | None = None
+    details: tuple[Mapping[str, Any], ...] = ()
+
+    def entries(self, kind: str) -> list[Mapping[str, Any]]:
+        return [d for d in self.details if d.get("@type") == kind]
+
+
+def google_status(error: object) -> GoogleStatus:
+    """``{"code", "message", "status", "details"}`` → :class:`GoogleStatus`, message redacted
+    and bounded; anything else is read as well as it can be."""
+    if not isinstance(error, dict):
+        return GoogleStatus(message="(no error message)")
+    message = error.get("message")
+    status = error.get("status")
+    code = error.get("code")
+    details = error.get("details")
+    text = str(message) if message else "(no error message)"
+    return GoogleStatus(
+        message=redact_credentials(text)[:MAX_MESSAGE_CHARS],
+        status=status if isinstance(status, str) else None,
+        code=code if type(code) is int else None,
+        details=tuple(d for d in details if isinstance(d, dict))
+        if isinstance(details, list)
+        else (),
+    )
+
+
+def _duration_s(value: object) -> float | None:
+    """A protobuf Duration as JSON (``"4s"``, ``"1.5s"``) or as an object (``{"seconds",
+    "nanos"}``) → seconds."""
+    if isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip())
+        return float(match.group(1)) if match else None
+    if isinstance(value, dict):
+        seconds, nanos = value.get("seconds", 0), value.get("nanos", 0)
+        try:
+            return float(seconds) + float(nanos) / 1e9
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def retry_delay_s(status: GoogleStatus, headers: Mapping[str, str]) -> float | None:
+    """How long to wait: the ``retry-after`` header when Google sent one (it rarely does), else
+    the body's ``RetryInfo.retryDelay``, else the "Please retry in 4.2s." of the message."""
+    wait = parse_retry_after(headers.get("retry-after"))
+    if wait is not None:
+        return wait
+    for entry in status.entries(_RETRY_INFO):
+        wait = _duration_s(entry.get("retryDelay"))
+        if wait is not None:
+            return wait
+    match = _RETRY_IN.search(status.message)
+    return float(match.group(1)) if match else None
+
+
+def _quota_exhausted(status: GoogleStatus) -> bool:
+    """A 429 that is not a rate limit.
+
+    Google says RESOURCE_EXHAUSTED for both, and its message ("You exceeded your current quota,
+    please check your plan and billing details") is the same for a per-minute limit that clears
+    in seconds, so the decision rests on the details: a ``QuotaFailure`` naming a daily quota
+    (``quotaId`` containing ``PerDay``: it resets at midnight Pacific time) or a quota whose
+    value is 0 (the model is not in the account's tier at all), or prepaid credit used up.
+    A quota message with neither ``RetryInfo`` nor ``QuotaFailure`` (the older wording of an
+    account without billing) is also taken as exhausted. Everything else is a rate limit.
+    """
+    failures = status.entries(_QUOTA_FAILURE)
+    for failure in failures:
+        violations = failure.get("violations")
+        for violation in violations if isinstance(violations, list) else ():
+            if not isinstance(violation, dict):
+                continue
+            if "perday" in str(violation.get("quotaId", "")).lower():
+                return True
+            if str(violation.get("quotaValue", "")) == "0":
+                return True
+    if _ZERO_LIMIT.search(status.message) or _NO_CREDIT.search(status.message):
+        return True
+    return (
+        not failures
+        and not status.entries(_RETRY_INFO)
+        and bool(_OVER_QUOTA.search(status.message))
+        and "billing" in status.message.lower()
+    )
+
+
+def _is_auth(http_status: int, status: GoogleStatus) -> bool:
+    if http_status in (401, 403) or status.status in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return True
+    reasons = {str(entry.get("reason")) for entry in status.entries(_ERROR_INFO)}
+    return bool(reasons & _AUTH_REASONS) or bool(_AUTH_MESSAGE.search(status.message))
+
+
+def classify_status(
+    provider: str,
+    http_status: int,
+    status: GoogleStatus,
+    headers: Mapping[str, str],
+    *,
+    where: str,
+) -> GatewayError:
+    """One google.rpc Status, with the HTTP status it came with (or stands for) → the error."""
+    message = status.message
+    said = f"{provider} {where}: {message}"
+    wait = retry_delay_s(status, headers)
+    if http_status in (400, 413) and (
+        is_context_length(message, None, None) or _CONTEXT.search(message)
+    ):
+        return ContextLengthExceeded(message, param="messages", provider=provider)
+    if _is_auth(http_status, status):
+        # Google's words ("API key not valid", "Permission denied on resource project X") say
+        # what to fix; anything in them that looks like a credential is already redacted.
+        return UpstreamAuthFailed(
+            f"{provider}: google rejected the gateway's credential ({where}, "
+            f"{status.status or http_status}): {message}",
+            provider=provider,
+        )
+    if http_status == 400 and _PROVIDER_PRECONDITION.search(message):
+        return UpstreamServerError(said, provider=provider)
+    if http_status == 404:
+        # The message names the model ("models/x is not found for API version v1beta", "Publisher
+        # Model `projects/.../models/x` was not found"): the configuration is wrong.
+        return UpstreamServerError(
+            f"{provider}: google does not serve the configured model ({where}): {message}",
+            provider=provider,
+        )
+    if http_status == 429:
+        if _quota_exhausted(status):
+            return QuotaExhausted(
+                f"{provider}: the google project's quota is used up ({where}): {message}",
+                provider=provider,
+            )
+        return UpstreamRateLimited(said, provider=provider, retry_after_s=wait)
+    if http_status == 503:
+        return UpstreamOverloaded(said, provider=provider, retry_after_s=wait)
+    if http_status in (408, 504):
+        return UpstreamTimeout(said, provider=provider, retry_after_s=wait)
+    if 400 <= http_status < 500:
+        # INVALID_ARGUMENT, FAILED_PRECONDITION, OUT_OF_RANGE...: the request's own fault, which
+        # the next provider of the alias would find too.
+        return InvalidRequest(message, provider=provider)
+    if http_status >= 500:
+        return UpstreamServerError(said, provider=provider, retry_after_s=wait)
+    return UpstreamProtocolError(
+        f"{provider} answered unexpected HTTP {http_status}", provider=provider
+    )
+
+
+def _error_object(parsed: object) -> object:
+    # The streaming endpoint without alt=sse wraps its answer, errors included, in an array.
+    if isinstance(parsed, list) and parsed:
+        parsed = parsed[0]
+    return parsed.get("error") if isinstance(parsed, dict) else None
+
+
+def classify_error(
+    provider: str, status: int, body: bytes, headers: Mapping[str, str]
+) -> GatewayError:
+    """A non-2xx answer (``{"error": {"code", "message", "status", "details"}}``) → the error."""
+    try:
+        error = _error_object(json.loads(body))
+    except ValueError:
+        error = None
+    if isinstance(error, dict):
+        google = google_status(error)
+    else:
+        text = redact_credentials(body.decode("utf-8", "replace").strip())
+        google = GoogleStatus(message=text[:MAX_MESSAGE_CHARS] or "(empty body)")
+    return classify_status(provider, status, google, headers, where=f"answered HTTP {status}")
+
+
+def classify_stream_error(provider: str, error: object) -> GatewayError:
+    """The ``error`` object of a frame sent after the 200."""
+    google = google_status(error)
+    http_status = google.code or _STATUS_CODES.get(google.status or "", 500)
+    return classify_status(provider, http_status, google, {}, where="failed mid-stream")
+
+
+# --- the stream --------------------------------------------------------------------------------
+
+
+def _count(value: object) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def parse_usage(metadata: Mapping[str, Any]) -> Usage:
+    """``usageMetadata`` → OpenAI's counts: ``promptTokenCount`` already holds the cached
+    tokens, and the completion is the answer plus the thoughts."""
+    thoughts = _count(metadata.get("thoughtsTokenCount"))
+    return Usage(
+        prompt_tokens=_count(metadata.get("promptTokenCount")) or 0,
+        completion_tokens=(_count(metadata.get("candidatesTokenCount")) or 0) + (thoughts or 0),
+        reasoning_tokens=thoughts,
+        cached_tokens=_count(metadata.get("cachedContentTokenCount")),
+    )
+
+
+class GeminiStreamParser:
+    """One answer's SSE events → gateway events (the order of ``providers/dialect.py``).
+
+    When the answer is complete: Gemini marks the end with ``finishReason`` and the close, not
+    with a frame of its own, and ``usageMetadata`` (cumulative on every chunk: the last one is
+    the total) normally rides on the finishing chunk. So the parser is ``done`` as soon as it
+    has seen a ``finishReason`` and a ``usageMetadata`` on that chunk or a later one; a finish
+    without usage waits for the close, where :meth:`close` ends the answer with the last usage
+    seen (none at all: no ``Usage`` event, rather than an invented zero). A close before any
+    ``finishReason`` is an ``UpstreamProtocolError``.
+
+    A prompt blocked before generation (``promptFeedback.blockReason``, no candidates) is an
+    answer with no content and ``finish_reason: content_filter``, as OpenAI reports filtered
+    output: the request was well formed, and another vendor's filter is not a retry to try.
+
+    Only ``candidates[0]`` is read (the gateway asks for one). Parts other than text, thoughts and
+    function calls (code execution, inline images) are never asked for and are skipped, as is
+    ``thoughtSignature``. What the parser keeps is bounded: the tool calls (at most
+    :data:`MAX_TOOL_CALLS`, their arguments bounded by the assembler) and the last usage.
+    """
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._started = False
+        self._done = False
+        self._finish_reason: str | None = None  # OpenAI's, once Gemini has said it
+        self._usage: Usage | None = None
+        self._tool_calls = ToolCallAssembler()
+        self._tool_count = 0
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def feed(self, event: SSEEvent) -> list[Event]:
+        if not event.data:
+            return []
+        if self._done:
+            raise self._malformed("data after the answer finished")
+        try:
+            payload = json.loads(event.data)
+        except ValueError as exc:
+            raise self._malformed(f"a chunk that is not JSON ({exc})") from None
+        if not isinstance(payload, dict):
+            raise self._malformed("a chunk that is not an object")
+        return self.handle(payload)
+
+    def close(self) -> list[Event]:
+        if self._done:
+            return []
+        if self._finish_reason is None:
+            raise UpstreamProtocolError(
+                f"{self._provider} closed the stream before the answer finished",
+                provider=self._provider,
+            )
+        return self._finish()
+
+    def _malformed(self, what: str) -> UpstreamProtocolError:
+        return UpstreamProtocolError(
+            f"{self._provider} sent a malformed stream: {what}", provider=self._provider
+        )
+
+    def handle(self, payload: Mapping[str, Any]) -> list[Event]:
+        """One decoded ``GenerateContentResponse`` (also how :func:`parse_whole` reads one)."""
+        if "error" in payload:
+            raise classify_stream_error(self._provider, payload["error"])
+        events: list[Event] = []
+        if not self._started:
+            self._started = True
+            events.append(ResponseStarted(provider=self._provider))
+        metadata = payload.get("usageMetadata")
+        if isinstance(metadata, dict):
+            self._usage = parse_usage(metadata)
+        candidates = payload.get("candidates")
+        if candidates is not None and not isinstance(candidates, list):
+            raise self._malformed("'candidates' is not a list")
+        if candidates:
+            self._candidate(candidates[0], events)
+        elif self._blocked(payload.get("promptFeedback")):
+            # A blocked prompt is the whole answer: nothing follows it.
+            self._finish_reason = "content_filter"
+            return events + self._finish()
+        if self._finish_reason is not None and isinstance(metadata, dict):
+            events += self._finish()
+        return events
+
+    @staticmethod
+    def _blocked(feedback: object) -> bool:
+        return isinstance(feedback, dict) and bool(feedback.get("blockReason"))
+
+    def _candidate(self, candidate: object, events: list[Event]) -> None:
+        if not isinstance(candidate, dict):
+            raise self._malformed("a candidate that is not an object")
+        content = candidate.get("content") or {}
+        if not isinstance(content, dict):
+            raise self._malformed("a candidate's 'content' is not an object")
+        parts = content.get("parts") or []
+        if not isinstance(parts, list):
+            raise self._malformed("'parts' is not a list")
+        for part in parts:
+            self._part(part, events)
+        reason = candidate.get("finishReason")
+        if reason is not None:
+            if not isinstance(reason, str):
+                raise self._malformed("'finishReason' is not a string")
+            finish = FINISH_REASONS.get(reason, "stop")
+            if finish == "stop" and self._tool_count:
+                # The answer ends in tool calls, whatever Gemini named its stop.
+                finish = "tool_calls"
+            self._finish_reason = finish
+
+    def _part(self, part: object, events: list[Event]) -> None:
+        if not isinstance(part, dict):
+            raise self._malformed("a part that is not an object")
+        text = part.get("text")
+        if text is not None:
+            if not isinstance(text, str):
+                raise self._malformed("a part's text is not a string")
+            if text:
+                thought = part.get("thought") is True
+                events.append(ReasoningDelta(text=text) if thought else TextDelta(text=text))
+        call = part.get("functionCall")
+        if call is not None:
+            events.append(self._tool_call(call))
+
+    def _tool_call(self, call: object) -> ToolCallDelta:
+        if not isinstance(call, dict):
+            raise self._malformed("a functionCall that is not an object")
+        name = call.get("name")
+        if not isinstance(name, str) or not name:
+            raise self._malformed("a functionCall without a name")
+        if self._tool_count >= MAX_TOOL_CALLS:
+            raise self._malformed(f"more than {MAX_TOOL_CALLS} function calls")
+        args = call.get("args")
+        # A whole call arrives in one part: its arguments are complete, and a call without
+        # any reads as "{}", as an OpenAI client expects to parse them.
+        arguments = "{}" if args is None else json.dumps(args, ensure_ascii=False)
+        # Gemini's calls have no ids (results are matched by name): one is made here, once
+        # per call, so every fragment and the assembled call share it.
+        delta = ToolCallDelta(self._tool_count, new_tool_call_id(), name, arguments)
+        self._tool_count += 1
+        try:
+            self._tool_calls.add(delta)
+        except ValueError as exc:  # the assembler's bound on argument size
+            raise self._malformed(str(exc)) from None
+        return delta
+
+    def _finish(self) -> list[Event]:
+        assert self._finish_reason is not None
+        self._done = True
+        events: list[Event] = list(self._tool_calls.finish())
+        if self._usage is not None:
+            events.append(self._usage)
+        events.append(ResponseDone(finish_reason=self._finish_reason))
+        return events
+
+
+def parse_whole(provider: str, body: bytes) -> list[Event]:
+    """A whole ``GenerateContentResponse`` (``:generateContent``), or the JSON array of them that
+    ``:streamGenerateContent`` without ``alt=sse`` gives → the events its stream would give."""
+    try:
+        parsed = json.loads(body)
+    except ValueError as exc:
+        raise UpstreamProtocolError(
+            f"{provider} sent an answer that is not JSON ({exc})", provider=provider
+        ) from None
+    responses = parsed if isinstance(parsed, list) else [parsed]
+    parser = GeminiStreamParser(provider)
+    events: list[Event] = []
+    for response in responses:
+        if not isinstance(response, dict):
+            raise UpstreamProtocolError(
+                f"{provider} sent an answer that is not an object", provider=provider
+            )
+        if parser.done:
+            break
+        events += parser.handle(response)
+    return events + parser.close()
+
+
+# --- the dialects ------------------------------------------------------------------------------
+
+
+def _path_segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+class GeminiDialect:
+    """Gemini on AI Studio (``generativelanguage.googleapis.com``), keyed by API key."""
+
+    def url(self, provider: ProviderConfig) -> str:
+        model = _path_segment(provider.model.removeprefix("models/"))
+        return provider.endpoint + f"/v1beta/models/{model}:streamGenerateContent?alt=sse"
+
+    def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
+        body = build_body(request, provider)
+        return UpstreamCall(
+            url=self.url(provider),
+            body=json.dumps(body, ensure_ascii=False).encode(),
+            headers={"content-type": "application/json", "accept": "text/event-stream"},
+        )
+
+    def new_parser(self, provider: str) -> GeminiStreamParser:
+        return GeminiStreamParser(provider)
+
+    def parse_whole(self, provider: str, body: bytes) -> list[Event]:
+        return parse_whole(provider, body)
+
+    def classify_error(
+        self, provider: str, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> GatewayError:
+        return classify_error(provider, status, body, headers)
+
+    def auth_headers(self, credential: str) -> dict[str, str]:
+        return {"x-goog-api-key": credential}
+
+
+class VertexDialect(GeminiDialect):
+    """Gemini on Vertex AI: the same wire under a project and a region, with an OAuth2 token."""
+
+    def url(self, provider: ProviderConfig) -> str:
+        if not provider.project or not provider.location:
+            # The config loader requires both for type "vertex"; a hand-built config may not.
+            raise UpstreamServerError(
+                f"{provider.name}: a vertex provider needs a project and a location",
+                provider=provider.name,
+            )
+        project = _path_segment(provider.project)
+        location = _path_segment(provider.location)
+        model = _path_segment(provider.model.removeprefix("models/"))
+        return provider.endpoint + (
+            f"/v1/projects/{project}/locations/{location}/publishers/google/models/{model}"
+            ":streamGenerateContent?alt=sse"
+        )
+
+    def auth_headers(self, credential: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {credential}"}
