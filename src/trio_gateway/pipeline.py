@@ -22,8 +22,10 @@ from trio_gateway.errors import (
     AllProvidersFailed,
     GatewayError,
     Overloaded,
+    QuotaExhausted,
     RequestError,
     UpstreamError,
+    UpstreamOverloaded,
     UpstreamRateLimited,
 )
 from trio_gateway.events import Event
@@ -35,6 +37,8 @@ from trio_gateway.routing import eligible_providers, order_by_health, resolve_al
 
 # Without a Retry-After, a provider that said 429/529 rests this long.
 DEFAULT_COOL_DOWN_S = 1.0
+# A provider whose account is out of quota rests this long before it is tried again.
+QUOTA_COOL_DOWN_S = 300.0
 # Weight of the newest sample in a provider's moving average of time spent holding a slot.
 SERVICE_TIME_EWMA_ALPHA = 0.2
 INITIAL_SERVICE_TIME_S = 2.0
@@ -229,9 +233,12 @@ class Router:
 
     def _note_failure(self, upstream: Upstream, health: ProviderHealth, exc: GatewayError) -> None:
         now = trio.current_time()
-        if isinstance(exc, UpstreamRateLimited):
+        if isinstance(exc, UpstreamRateLimited | UpstreamOverloaded):
             # Busy, not broken: rest for as long as it asked, without counting a failure.
             health.cool_down(now + (exc.retry_after_s or DEFAULT_COOL_DOWN_S))
+        elif isinstance(exc, QuotaExhausted):
+            # Waiting a second does not bring quota back: keep requests away for longer.
+            health.cool_down(now + QUOTA_COOL_DOWN_S)
         elif isinstance(exc, UpstreamError):
             health.failure(exc.message, now=now)
 

@@ -17,6 +17,7 @@ from trio_gateway.errors import (
     InvalidRequest,
     UpstreamAuthFailed,
     UpstreamError,
+    UpstreamOverloaded,
     UpstreamProtocolError,
     UpstreamRateLimited,
     UpstreamServerError,
@@ -95,8 +96,11 @@ def classify_status(
         )
     if status in (408, 504):
         return UpstreamTimeout(said, provider=provider, retry_after_s=wait)
-    if status == 429 or status == 529:
+    if status == 429:
         return UpstreamRateLimited(said, provider=provider, retry_after_s=wait)
+    if status == 529:
+        # Anthropic's "overloaded": the whole service is busy, not this caller's rate.
+        return UpstreamOverloaded(said, provider=provider, retry_after_s=wait)
     if 400 <= status < 500:
         # The request's own fault: the next provider would say the same.
         return InvalidRequest(message, param=param, provider=provider)

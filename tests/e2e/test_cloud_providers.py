@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.e2e.harness import FAST_SIM, chat, running_gateway, script, wait_until
 from trio_gateway.config import parse_config
+from trio_gateway.pipeline import QUOTA_COOL_DOWN_S
 from trio_gateway.server import GatewayHandle
 from trio_gateway.sim import SimHandle, serve_sim
 
@@ -378,3 +379,31 @@ probe = false
                 assert response.json()["choices"][0]["message"]["content"] == f"answer {i}"
         assert sim.engine.stats().token_grants == grants
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(("status", "error"), [(529, "overloaded_error"), (429, "billing_error")])
+async def test_a_busy_or_exhausted_vendor_rests_and_the_next_one_answers(
+    status: int, error: str
+) -> None:
+    """An overloaded Anthropic (529) rests for its Retry-After, one whose credit is gone for
+    QUOTA_COOL_DOWN_S: neither counts against its health, and meanwhile the alias's next
+    provider answers without the resting one being asked. (The script fails its first request
+    at every simulator that reads it, so the first answer is an error that lists both.)"""
+    async with fleet(("anthropic", "gemini")) as f, httpx.AsyncClient(timeout=10) as client:
+        busy = script({"status": status, "retry_after": 30, "error": error})
+        first = await client.post(f.v1 + "/chat/completions", json=chat(busy))
+        codes = [a["code"] for a in first.json()["error"]["attempts"]]
+        assert codes[0] == ("upstream_overloaded" if status == 529 else "quota_exhausted")
+        now = trio.current_time()
+        anthropic = f.gateway.router.health["anthropic"]
+        assert anthropic.cooling_down(now + 29)
+        assert anthropic.cooling_down(now + QUOTA_COOL_DOWN_S - 1) is (status == 429)
+        assert anthropic.snapshot(now).consecutive_failures == 0
+        if status == 429:
+            return  # the Gemini simulator read the same script: it rests too (rate_limited)
+        fine = script({"text": "hi"})
+        second = await client.post(f.v1 + "/chat/completions", json=chat(fine))
+        assert second.status_code == 200, second.text
+        assert second.json()["choices"][0]["message"]["content"] == "hi"
+        assert f.sims["anthropic"].engine.stats().requests == 1
+        assert f.sims["gemini"].engine.stats().requests == 2

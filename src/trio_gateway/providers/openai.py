@@ -26,6 +26,8 @@ OPENAI_FIELDS = frozenset(
         "messages",
         "audio",
         "frequency_penalty",
+        "function_call",
+        "functions",
         "logit_bias",
         "logprobs",
         "max_completion_tokens",
@@ -36,6 +38,7 @@ OPENAI_FIELDS = frozenset(
         "prediction",
         "presence_penalty",
         "prompt_cache_key",
+        "prompt_cache_retention",
         "reasoning_effort",
         "response_format",
         "safety_identifier",
@@ -60,7 +63,8 @@ REASONING_OFF_EFFORT = "minimal"
 def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
     strip = frozenset(provider.strip_fields)
     body = {k: v for k, v in request.body.items() if k in OPENAI_FIELDS and k not in strip}
-    max_tokens = request.body.get("max_tokens")
+    max_tokens = request.body.get("max_tokens") if "max_tokens" not in strip else None
+    body.pop("max_tokens", None)
     if "max_completion_tokens" not in body and max_tokens is not None:
         body["max_completion_tokens"] = max_tokens
     if Capability.REASONING in provider.capabilities:
