@@ -9,11 +9,11 @@ import attrs
 
 from trio_gateway.config import Capability
 from trio_gateway.errors import InvalidJSON, InvalidRequest, UnsupportedParameter
+from trio_gateway.validation import validate_body
 
 # Gateway extensions in the request body; never sent to a provider as they are.
 GATEWAY_FIELDS = frozenset({"reasoning"})
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
-IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
 
 
 @attrs.frozen(kw_only=True)
@@ -47,32 +47,15 @@ def _reasoning_switch(body: dict[str, Any]) -> bool | None:
 
 
 def _has_image(messages: list[dict[str, Any]]) -> bool:
+    # Validation admits OpenAI's one image part, "image_url", and refuses any other part type
+    # (the Responses API's "input_image", Anthropic's "image"), so no other shape gets here.
     for message in messages:
         content = message.get("content")
         if isinstance(content, list):
             for part in content:
-                if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
+                if part.get("type") == "image_url":
                     return True
     return False
-
-
-def _check_messages(messages: object) -> list[dict[str, Any]]:
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("'messages' must be a non-empty list", param="messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise InvalidRequest(f"messages[{i}] must be an object", param=f"messages[{i}]")
-        if not isinstance(message.get("role"), str):
-            raise InvalidRequest(
-                f"messages[{i}].role must be a string", param=f"messages[{i}].role"
-            )
-    return messages
-
-
-def _check_positive_int(body: dict[str, Any], key: str) -> None:
-    value = body.get(key)
-    if value is not None and (type(value) is not int or value < 1):
-        raise InvalidRequest(f"'{key}' must be a positive integer; got {value!r}", param=key)
 
 
 class _NotJSON(ValueError):
@@ -115,46 +98,28 @@ def validate_chat_body(body: object) -> ChatRequest:
     alias = body.get("model")
     if not isinstance(alias, str) or not alias:
         raise InvalidRequest("'model' must be a non-empty string (an alias)", param="model")
-    messages = _check_messages(body.get("messages"))
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if type(stream) is not bool:
-        raise InvalidRequest("'stream' must be true or false", param="stream")
-    stream_options = body.get("stream_options")
-    include_usage = False
-    if stream_options is not None:
-        if not isinstance(stream_options, dict):
-            raise InvalidRequest("'stream_options' must be an object", param="stream_options")
-        include_usage = stream_options.get("include_usage", False)
-        if type(include_usage) is not bool:
-            raise InvalidRequest(
-                "'stream_options.include_usage' must be true or false",
-                param="stream_options.include_usage",
-            )
+    # OpenAI's own rules, every field at once: after this, each field read below has its shape.
+    validate_body(body)
+    messages: list[dict[str, Any]] = body["messages"]
+    # Null is "not given", as at OpenAI.
+    stream = body.get("stream") is True
+    stream_options = body.get("stream_options") or {}
+    include_usage = stream_options.get("include_usage") is True
+    # Valid at OpenAI, but the gateway's one event stream carries one choice and no logprobs.
     n = body.get("n")
     if n is not None and n != 1:
         raise UnsupportedParameter("only n=1 is supported", param="n")
     if body.get("logprobs") or body.get("top_logprobs"):
         raise UnsupportedParameter("logprobs are not supported by the gateway", param="logprobs")
-    _check_positive_int(body, "max_tokens")
-    _check_positive_int(body, "max_completion_tokens")
 
     required: set[Capability] = set()
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list):
-            raise InvalidRequest("'tools' must be a list", param="tools")
-        if tools:
-            required.add(Capability.TOOLS)
+    if body.get("tools"):
+        required.add(Capability.TOOLS)
     if _has_image(messages):
         required.add(Capability.VISION)
     response_format = body.get("response_format")
-    if response_format is not None:
-        if not isinstance(response_format, dict):
-            raise InvalidRequest("'response_format' must be an object", param="response_format")
-        if response_format.get("type") == "json_schema":
-            required.add(Capability.JSON_SCHEMA)
+    if response_format is not None and response_format["type"] == "json_schema":
+        required.add(Capability.JSON_SCHEMA)
     reasoning = _reasoning_switch(body)
     if reasoning:
         required.add(Capability.REASONING)

@@ -164,9 +164,13 @@ def test_simulator_section_is_strict() -> None:
     assert any("simulators.s" in p and "foo" in p for p in found), found
 
 
-def test_the_documented_example_parses() -> None:
+def documented_examples() -> list[str]:
     text = (REPO / "docs" / "configuration.md").read_text()
-    example = text.split("```toml\n")[-1].split("```")[0]
+    return [block.split("```")[0] for block in text.split("```toml\n")[1:]]
+
+
+def test_the_documented_example_parses() -> None:
+    [example] = [e for e in documented_examples() if "prompt-enhance" in e]
     config = parse_config(example, environ={"VLLM_API_KEY": "k"})
     assert set(config.aliases) == {"agent-lite", "prompt-enhance"}
     assert config.aliases["prompt-enhance"].on_saturated == "queue"
@@ -264,3 +268,17 @@ def test_a_service_account_file_is_checked_without_quoting_it(tmp_path: Path) ->
     [problem] = problems(cloud("vertex", **keys), environ={})
     assert "not a service-account JSON file (no client_email)" in problem
     assert "TOPSECRET" not in problem
+
+
+def test_the_documented_cloud_deployment_parses(tmp_path: Path) -> None:
+    [example] = [e for e in documented_examples() if 'type = "vertex"' in e]
+    account = tmp_path / "vertex-sa.json"
+    account.write_text('{"client_email": "gw@p.iam.gserviceaccount.com", "private_key": "x"}')
+    example = example.replace("/etc/trio-gateway/vertex-sa.json", str(account))
+    config = parse_config(example, environ={"VLLM_API_KEY": "k"})
+    providers = config.providers()
+    assert [p.type for p in providers.values()] == ["openai_compatible", "vertex"]
+    vllm, cloud = providers.values()
+    assert Capability.VISION not in vllm.capabilities
+    assert Capability.VISION in cloud.capabilities
+    assert (vllm.weight, cloud.weight) == (100, 0)

@@ -30,7 +30,7 @@ def body(**fields: Any) -> bytes:
         (b"[" * 100_000 + b"]" * 100_000, InvalidJSON, "not valid JSON: nested too deeply"),
         (b'{"messages": []}', InvalidRequest, "'model'"),
         (b'{"model": 3, "messages": []}', InvalidRequest, "'model'"),
-        (b'{"model": "a", "messages": []}', InvalidRequest, "non-empty list"),
+        (b'{"model": "a", "messages": []}', InvalidRequest, "empty array"),
         (b'{"model": "a", "messages": ["hi"]}', InvalidRequest, "messages[0]"),
         (b'{"model": "a", "messages": [{"content": "x"}]}', InvalidRequest, "messages[0].role"),
         (body(stream="yes"), InvalidRequest, "'stream'"),
@@ -65,10 +65,13 @@ def test_bad_requests_say_what_is_wrong(
     ("fields", "required"),
     [
         ({}, set()),
-        ({"tools": []}, set()),
+        ({"tools": None}, set()),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, {Capability.TOOLS}),
         ({"response_format": {"type": "json_object"}}, set()),
-        ({"response_format": {"type": "json_schema"}}, {Capability.JSON_SCHEMA}),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "answer"}}},
+            {Capability.JSON_SCHEMA},
+        ),
         ({"reasoning": True}, {Capability.REASONING}),
         ({"reasoning_effort": "high"}, {Capability.REASONING}),
         ({"reasoning_effort": "none"}, set()),
@@ -115,4 +118,8 @@ def test_usage_is_only_included_on_streams_that_ask() -> None:
     assert parse_chat_request(
         body(stream=True, stream_options={"include_usage": True})
     ).include_usage
-    assert not parse_chat_request(body(stream_options={"include_usage": True})).include_usage
+    assert not parse_chat_request(body(stream=True, stream_options=None)).include_usage
+    # OpenAI refuses stream_options on a request that does not stream.
+    with pytest.raises(InvalidRequest) as info:
+        parse_chat_request(body(stream_options={"include_usage": True}))
+    assert info.value.param == "stream_options"

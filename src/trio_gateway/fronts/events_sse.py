@@ -1,8 +1,8 @@
 """``POST /v1/events``: the gateway's event vocabulary as server-sent events.
 
-Takes the chat completion body; always streams and always reports usage (``stream`` and
-``stream_options`` are ignored). An error before the first event is an HTTP error, exactly as on
-``/v1/chat/completions``; after it, an ``error`` event ends the stream.
+Takes the chat completion body, validated like any; always streams and always reports usage
+(``stream`` and ``stream_options`` change nothing). An error before the first event is an HTTP
+error, exactly as on ``/v1/chat/completions``; after it, an ``error`` event ends the stream.
 """
 
 from __future__ import annotations
