@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint typecheck unit bench clean
+.PHONY: install run test lint typecheck unit bench mutation clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,20 @@ test: lint typecheck unit
 bench: $(STAMP)
 	$(BIN)/python -m bench.cancellation $(BENCH_ARGS)
 
+MUTATION_STAMP := $(VENV)/.mutation-stamp
+
+$(MUTATION_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[test,mutation]'
+	touch $(MUTATION_STAMP)
+
+# Mutation testing of the core (docs/testing.md, "Mutation testing"): not part of `make test`.
+# mutmut copies the tree into mutants/; a stale copy would test old code, so it starts clean.
+mutation: $(MUTATION_STAMP)
+	rm -rf mutants
+	$(BIN)/mutmut run --max-children $(or $(MUTATION_JOBS),2)
+	$(BIN)/python tools/mutation/report.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants
 
 -include tools/vllm/Makefile.inc

@@ -34,10 +34,11 @@ class ToolCallAssembler:
         if delta.name and index not in self._names:
             self._names[index] = delta.name
         if delta.arguments:
-            self._sizes[index] += len(delta.arguments)
+            # Bytes, as the name says: a character of CJK or an emoji is 3-4 of them.
+            self._sizes[index] += len(delta.arguments.encode("utf-8"))
             if self._sizes[index] > self._max_argument_bytes:
                 raise ValueError(
-                    f"tool call {index} arguments exceed {self._max_argument_bytes} characters"
+                    f"tool call {index} arguments exceed {self._max_argument_bytes} bytes"
                 )
             self._arguments[index].append(delta.arguments)
 

@@ -50,7 +50,10 @@ async def test_a_stopped_provider_leaves_rotation_and_comes_back_after_restart()
         ) + provider_toml("steady", steady.base_url, weight=1, probe=True, extra=PROBES)
         async with running_gateway(gateway_config(providers)) as gateway:
             health = gateway.router.health["flaky"]
-            await wait_until(lambda: health.state is State.HEALTHY)
+            # The probe marks the provider healthy, then reads its /load: wait for both.
+            await wait_until(
+                lambda: health.state is State.HEALTHY and health.upstream_load is not None
+            )
             url = gateway.base_url + "/v1/chat/completions"
             async with httpx.AsyncClient() as client:
                 ready = await client.get(gateway.base_url + "/readyz")
@@ -137,7 +140,10 @@ async def test_a_saturated_provider_stays_healthy() -> None:
         )
         async with running_gateway(gateway_config(providers)) as gateway:
             health = gateway.router.health["busy"]
-            await wait_until(lambda: health.state is State.HEALTHY)
+            # The probe marks the provider healthy, then reads its /load: wait for both.
+            await wait_until(
+                lambda: health.state is State.HEALTHY and health.upstream_load is not None
+            )
             url = gateway.base_url + "/v1/chat/completions"
             async with httpx.AsyncClient() as client, trio.open_nursery() as nursery:
                 nursery.start_soon(

@@ -1,0 +1,102 @@
+"""The mutation score of the last `mutmut run`: killed / (total - equivalent).
+
+Reads mutmut's results (``mutants/**/*.py.meta``) and the equivalent mutants listed in
+``tools/mutation/equivalent.txt`` (``mutant-name  # reason``, one a line). A survivor that is
+neither killed nor listed is printed with its name, so ``mutmut show NAME`` tells what it is.
+
+    .venv/bin/python tools/mutation/report.py [--min-score 90]
+
+Exit status 1 when the score is under ``--min-score``, or when the equivalent list names a
+mutant that no longer exists or that a test now kills (the list must not go stale).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EQUIVALENT = Path(__file__).with_name("equivalent.txt")
+
+# mutmut 3's exit codes (mutmut/stats.py): a failing test run, a timeout (a mutant that turns a
+# loop endless) and a type-check failure all kill; a passing run is a survivor.
+KILLED = {1: "killed", 3: "killed", 36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout"}
+KILLED |= {255: "timeout", 37: "type check"}
+SURVIVED = {0: "survived", 5: "no tests", 33: "no tests", 34: "skipped"}
+
+
+def read_equivalent(path: Path) -> dict[str, str]:
+    equivalent = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        name, _, reason = line.partition("#")
+        name = name.strip()
+        if not name:
+            continue
+        if not reason.strip():
+            sys.exit(f"{path}:{number}: {name} has no reason")
+        equivalent[name] = reason.strip()
+    return equivalent
+
+
+def read_results(mutants: Path) -> dict[str, int | None]:
+    results: dict[str, int | None] = {}
+    for meta in sorted(mutants.rglob("*.py.meta")):
+        results.update(json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"])
+    return results
+
+
+def status(code: int | None) -> str:
+    if code is None:
+        return "not checked"
+    return KILLED.get(code) or SURVIVED.get(code) or f"suspicious (exit {code})"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mutants", type=Path, default=ROOT / "mutants")
+    parser.add_argument("--equivalent", type=Path, default=EQUIVALENT)
+    parser.add_argument("--min-score", type=float, default=0.0)
+    args = parser.parse_args()
+
+    results = read_results(args.mutants)
+    if not results:
+        print(f"no results under {args.mutants}: run `make mutation` first", file=sys.stderr)
+        return 1
+    equivalent = read_equivalent(args.equivalent)
+
+    stale = sorted(name for name in equivalent if name not in results)
+    killed_but_listed = sorted(
+        name for name in equivalent if name in results and results[name] in KILLED
+    )
+    by_status = Counter(status(code) for code in results.values())
+    killed = sum(1 for code in results.values() if code in KILLED)
+    listed = sum(1 for name in equivalent if name in results and results[name] not in KILLED)
+    total = len(results)
+    survivors = sorted(
+        name for name, code in results.items() if code not in KILLED and name not in equivalent
+    )
+
+    for name in survivors:
+        print(f"  {status(results[name]):<12} {name}")
+    score = 100.0 * killed / (total - listed) if total > listed else 100.0
+    detail = ", ".join(f"{count} {name}" for name, count in sorted(by_status.items()))
+    print(f"mutants: {total} ({detail})")
+    print(
+        f"killed {killed}, not killed {total - killed - listed}, equivalent {listed}: "
+        f"score {killed}/{total - listed} = {score:.1f} %"
+    )
+    ok = score >= args.min_score
+    for name in stale:
+        print(f"equivalent.txt names {name}, which the last run did not produce", file=sys.stderr)
+        ok = False
+    for name in killed_but_listed:
+        print(f"equivalent.txt names {name}, which a test kills: drop it", file=sys.stderr)
+        ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
