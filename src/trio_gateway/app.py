@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from functools import partial
 
 import trio
 
+from trio_gateway.auth import ApiKey, KeyStore
 from trio_gateway.config import GatewayConfig
 from trio_gateway.errors import GatewayError, InternalError, MethodNotAllowed, RouteNotFound
+from trio_gateway.fronts.auth import http_key
 from trio_gateway.fronts.chat import handle_chat
 from trio_gateway.fronts.events_sse import handle_events
 from trio_gateway.fronts.http import ClientGone, Receive, Scope, Send, send_error, send_json
@@ -17,6 +20,7 @@ from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.listen import Connections
 from trio_gateway.metrics import CONTENT_TYPE
 from trio_gateway.pipeline import Router
+from trio_gateway.usage import refused_record
 
 log = logging.getLogger("trio_gateway")
 
@@ -28,6 +32,10 @@ ROUTES = {
     "/readyz": ("GET",),
     "/metrics": ("GET",),
 }
+# Paths that need an API key when the gateway has keys; the probes and metrics never do.
+KEYED_PATHS = frozenset({"/v1/chat/completions", "/v1/events", "/v1/models"})
+# Routes whose every request gets a usage record (relay.record once it is under way).
+METERED_ROUTES = frozenset({"/v1/chat/completions", "/v1/events"})
 
 
 def new_request_id() -> str:
@@ -44,7 +52,10 @@ class GatewayApp:
         self.connections = connections if connections is not None else Connections()
         # Handlers still running, including those stuck writing to a client that stopped reading.
         self.open_requests = 0
-        self.websocket = WebSocketFront(router, config.server, config.websocket, new_request_id)
+        self.keys = open_keys(config)
+        self.websocket = WebSocketFront(
+            router, config.server, config.websocket, new_request_id, self.keys
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -55,7 +66,7 @@ class GatewayApp:
         elif kind == "websocket":
             if scope["path"].rstrip("/") == "/v1/ws":
                 await self.websocket.serve(
-                    receive, send, partial(self.connections.abort, scope.get("client"))
+                    receive, send, partial(self.connections.abort, scope.get("client")), scope
                 )
             else:
                 await send({"type": "websocket.close", "code": 1008})
@@ -73,7 +84,9 @@ class GatewayApp:
         path = scope["path"]
         method = scope["method"]
         request_id = new_request_id()
+        started_wall, started = time.time(), trio.current_time()
         self.open_requests += 1
+        key: ApiKey | None = None
         try:
             methods = ROUTES.get(path.rstrip("/") or "/")
             if methods is None:
@@ -81,15 +94,18 @@ class GatewayApp:
             if method not in methods:
                 raise MethodNotAllowed(f"{path} accepts {', '.join(methods)}, not {method}")
             path = path.rstrip("/")
+            key = http_key(scope, self.keys) if path in KEYED_PATHS else None
             drop = partial(self.connections.abort, scope.get("client"))
             if path == "/v1/chat/completions":
-                await handle_chat(self.router, self.config.server, request_id, receive, send, drop)
+                await handle_chat(
+                    self.router, self.config.server, request_id, receive, send, drop, key
+                )
             elif path == "/v1/events":
                 await handle_events(
-                    self.router, self.config.server, request_id, receive, send, drop
+                    self.router, self.config.server, request_id, receive, send, drop, key
                 )
             elif path == "/v1/models":
-                await send_json(send, 200, self._models())
+                await send_json(send, 200, self._models(key))
             elif path == "/healthz":
                 await send_json(send, 200, {"status": "ok"})
             elif path == "/readyz":
@@ -99,8 +115,12 @@ class GatewayApp:
             else:
                 raise AssertionError(f"route {path} has no handler")
         except ClientGone:
+            self._refused(
+                scope, request_id, key, "client_gone", started_wall, started, cancelled=True
+            )
             return
         except GatewayError as exc:
+            self._refused(scope, request_id, key, exc.code, started_wall, started)
             await send_error(send, exc, [(b"x-request-id", request_id.encode())])
         except Exception:
             log.exception("internal error on %s %s (request %s)", method, path, request_id)
@@ -111,6 +131,32 @@ class GatewayApp:
             await send_error(send, error, [(b"x-request-id", request_id.encode())])
         finally:
             self.open_requests -= 1
+
+    def _refused(
+        self,
+        scope: Scope,
+        request_id: str,
+        key: ApiKey | None,
+        code: str,
+        started_wall: float,
+        started: float,
+        *,
+        cancelled: bool = False,
+    ) -> None:
+        """A metered request that ended before the relay (which records the others)."""
+        if scope["path"].rstrip("/") not in METERED_ROUTES:
+            return
+        self.router.usage.offer(
+            refused_record(
+                request_id=request_id,
+                key=key.name if key is not None else None,
+                alias=None,
+                error_code=code,
+                started_at=started_wall,
+                duration_s=trio.current_time() - started,
+                cancelled=cancelled,
+            )
+        )
 
     async def _readyz(self, send: Send) -> None:
         """Ready when every alias has a provider that is healthy or still starting."""
@@ -147,11 +193,32 @@ class GatewayApp:
         )
         await send({"type": "http.response.body", "body": payload, "more_body": False})
 
-    def _models(self) -> dict[str, object]:
+    def _models(self, key: ApiKey | None) -> dict[str, object]:
+        """The aliases, or those the caller's key may use."""
         return {
             "object": "list",
             "data": [
                 {"id": name, "object": "model", "created": 0, "owned_by": "trio-gateway"}
                 for name in sorted(self.config.aliases)
+                if key is None or key.allows(name)
             ],
         }
+
+
+def open_keys(config: GatewayConfig) -> KeyStore | None:
+    """The API keys named by ``[auth]``, or None when the gateway serves without keys; says
+    which at start-up. Config loading has already checked the file."""
+    keys_file = config.auth.keys_file
+    if keys_file is None:
+        if config.auth.open:
+            log.info("auth: OPEN (no keys file): [auth] open = true, any caller is served")
+        else:
+            log.warning(
+                "auth: OPEN (no keys file): no [auth] in %s; allowed because %s is loopback",
+                config.source,
+                config.server.listen,
+            )
+        return None
+    keys = KeyStore(keys_file, known_aliases=config.aliases.keys())
+    log.info("auth: %d keys from %s", len(keys.ring()), keys_file)
+    return keys

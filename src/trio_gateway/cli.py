@@ -10,6 +10,8 @@ from functools import partial
 
 import trio
 
+from trio_gateway.cli_keys import keys_main
+from trio_gateway.cli_usage import usage_main
 from trio_gateway.config import DEFAULT_CONFIG_NAME, ConfigError, GatewayConfig, load_config
 from trio_gateway.server import serve_gateway
 from trio_gateway.sim import sim_main
@@ -28,6 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate a config file without serving")
     check.add_argument("file", nargs="?", default=DEFAULT_CONFIG_NAME)
     commands.add_parser("sim", help="run the vLLM simulator (see: trio-gateway sim --help)")
+    commands.add_parser("keys", help="create and list API keys (see: trio-gateway keys --help)")
+    commands.add_parser("usage", help="usage records from the ledger (see: --help)")
     return parser
 
 
@@ -79,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["sim"]:
         return sim_main(args_in[1:])
+    if args_in[:1] == ["keys"]:
+        return keys_main(args_in[1:])
+    if args_in[:1] == ["usage"]:
+        return usage_main(args_in[1:])
     args = _parser().parse_args(args_in)
     if args.command == "check":
         config = _load(args.file)

@@ -7,6 +7,7 @@ errors, and every problem in a file is reported at once, each with its dotted pa
 from __future__ import annotations
 
 import enum
+import ipaddress
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import cattrs
 import tomli
 from cattrs.errors import ForbiddenExtraKeysError
 
+from trio_gateway.auth import KeysFileError, load_keys
 from trio_gateway.sim.config import SimConfig
 
 DEFAULT_CONFIG_NAME = "gateway.toml"
@@ -75,6 +77,16 @@ class WebSocketConfig:
     max_queued_events: int = 1024
     ping_interval_s: float = 20.0
     ping_timeout_s: float = 20.0
+
+
+@attrs.frozen(kw_only=True)
+class AuthConfig:
+    """``[auth]``: API keys from ``keys_file``, or ``open = true`` for none (docs/accounting.md).
+
+    Neither given: open on a loopback ``listen`` only (a config error elsewhere)."""
+
+    keys_file: str | None = None
+    open: bool | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -139,11 +151,27 @@ class SimulatorConfig:
 
 
 @attrs.frozen(kw_only=True)
+class UsageConfig:
+    """``[usage]``: where each request's usage record goes (docs/accounting.md)."""
+
+    # A SQLite file (a relative path is read from the config file's directory), or "none".
+    # Unset: trio-gateway-usage.sqlite3 next to the config file (in memory for a config that
+    # was not read from a file).
+    ledger: str | None = None
+    # Records waiting to be written; past this, records are dropped (and counted), never waited on.
+    queue_size: int = 10000
+    batch_max: int = 500
+    flush_interval_s: float = 1.0
+
+
+@attrs.frozen(kw_only=True)
 class GatewayConfig:
     server: ServerConfig = ServerConfig()
     websocket: WebSocketConfig = WebSocketConfig()
+    auth: AuthConfig = AuthConfig()
     aliases: dict[str, AliasConfig]
     simulators: dict[str, SimulatorConfig] = attrs.field(factory=dict)
+    usage: UsageConfig = UsageConfig()
     # Not read from TOML: filled in by load, from the environment.
     api_keys: dict[str, Secret] = attrs.field(factory=dict)
     source: str = "<config>"
@@ -350,10 +378,43 @@ def _credential_file_problem(path: str, key: str) -> str | None:
     return None
 
 
+def is_loopback(listen: str) -> bool:
+    """Whether ``HOST:PORT`` listens on this host only. A name other than ``localhost`` is not
+    resolved and counts as reachable from elsewhere."""
+    host = listen.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _auth_problems(config: GatewayConfig) -> list[str]:
+    auth = config.auth
+    if auth.keys_file is not None and auth.open is not None:
+        return ["auth: give keys_file (keys required) or open (no keys), not both"]
+    if auth.open is False:
+        return ["auth.open: false requires keys; give keys_file = PATH instead"]
+    if auth.keys_file is None and auth.open is None and not is_loopback(config.server.listen):
+        return [
+            f"auth: server.listen {config.server.listen!r} is not a loopback address, so callers "
+            'need API keys: give [auth] keys_file = "PATH" (or open = true to serve without)'
+        ]
+    if auth.keys_file is not None:
+        try:
+            load_keys(auth.keys_file, known_aliases=config.aliases.keys())
+        except KeysFileError as exc:
+            return [f"auth.keys_file: {exc.source}: {problem}" for problem in exc.problems]
+    return []
+
+
 def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
     problems: list[str] = []
     if (err := _parse_listen(config.server.listen)) is not None:
         problems.append(f"server.listen: {err}")
+    else:
+        problems.extend(_auth_problems(config))
     for key in ("max_body_bytes", "stream_buffer_events"):
         if getattr(config.server, key) < 1:
             problems.append(f"server.{key}: must be at least 1")
@@ -421,6 +482,13 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
     for sim_name, sim in config.simulators.items():
         if (err := _parse_listen(sim.listen)) is not None:
             problems.append(f"simulators.{sim_name}.listen: {err}")
+    for key in ("queue_size", "batch_max"):
+        if getattr(config.usage, key) < 1:
+            problems.append(f"usage.{key}: must be at least 1")
+    if config.usage.flush_interval_s <= 0:
+        problems.append("usage.flush_interval_s: must be greater than 0")
+    if config.usage.ledger == "":
+        problems.append('usage.ledger: a file path, or "none"')
     return problems
 
 

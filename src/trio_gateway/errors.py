@@ -17,6 +17,8 @@ occur, never further in.
     │   ├── ModelNotFound               404 model_not_found (unknown alias)
     │   ├── RouteNotFound               404 not_found
     │   ├── MethodNotAllowed            405 method_not_allowed
+    │   ├── Unauthorized                401 invalid_api_key (WWW-Authenticate: Bearer)
+    │   ├── Forbidden                   403 alias_not_allowed
     │   └── MessageRefused              a WebSocket message refused; the socket stays open
     │       ├── InvalidMessage          invalid_message
     │       ├── UnknownMessageType      unknown_type
@@ -137,6 +139,23 @@ class RouteNotFound(RequestError):
 class MethodNotAllowed(RequestError):
     code = "method_not_allowed"
     status = 405
+
+
+class Unauthorized(RequestError):
+    """No API key, or one the keys file does not hold. The message never quotes the key."""
+
+    code = "invalid_api_key"
+    status = 401
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"www-authenticate", b'Bearer realm="trio-gateway"'), *super().headers()]
+
+
+class Forbidden(RequestError):
+    """A known API key asked for an alias it may not use."""
+
+    code = "alias_not_allowed"
+    status = 403
 
 
 class MessageRefused(RequestError):

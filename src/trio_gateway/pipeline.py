@@ -34,6 +34,7 @@ from trio_gateway.metrics import Metrics, ProviderGauges
 from trio_gateway.providers.upstream import Emit, Upstream
 from trio_gateway.request import ChatRequest
 from trio_gateway.routing import eligible_providers, order_by_health, resolve_alias
+from trio_gateway.usage import NULL_SINK, UsageMeter, UsageSink
 
 # Without a Retry-After, a provider that said 429/529 rests this long.
 DEFAULT_COOL_DOWN_S = 1.0
@@ -71,6 +72,8 @@ class Router:
             name: ProviderHealth(upstream.config, now=now) for name, upstream in upstreams.items()
         }
         self.metrics = Metrics(self.gauges)
+        # Where every request's usage record goes (server.py sets the configured ledger).
+        self.usage: UsageSink = NULL_SINK
         self.drain = Drain()
         self._rng = rng or random.Random()
         self._queued = dict.fromkeys(aliases, 0)
@@ -172,11 +175,14 @@ class Router:
             retry_after_s=self._retry_after_s(first, self._queued[plan.alias]),
         )
 
-    async def run(self, request: ChatRequest, plan: Plan, emit: Emit) -> None:
+    async def run(
+        self, request: ChatRequest, plan: Plan, emit: Emit, meter: UsageMeter | None = None
+    ) -> None:
         """Try each provider in turn until one answers.
 
         Errors that are the request's fault go back at once: the next provider would say the
-        same. Once anything was emitted, an error goes to the client as it is.
+        same. Once anything was emitted, an error goes to the client as it is. ``meter`` gets
+        each attempt's usage so far (for billing a cut stream).
         """
         borrower = object()
         failures: list[GatewayError] = []
@@ -214,7 +220,7 @@ class Router:
             health = self.health[upstream.name]
             started = trio.current_time()
             try:
-                await upstream.stream_chat(request, tracked)
+                await upstream.stream_chat(request, tracked, meter)
             except RequestError:
                 health.success()  # it answered, and correctly so
                 raise

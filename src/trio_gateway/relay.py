@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import attrs
@@ -26,6 +27,7 @@ from trio_gateway.errors import GatewayError, InternalError, ShuttingDown
 from trio_gateway.events import Event, ResponseStarted, Usage
 from trio_gateway.pipeline import Plan
 from trio_gateway.request import ChatRequest
+from trio_gateway.usage import UsageMeter, usage_record
 
 log = logging.getLogger("trio_gateway")
 
@@ -46,7 +48,10 @@ class Outcome:
     error: GatewayError | None = None
     provider: str | None = None  # the provider whose answer the client got
     first_event_at: float | None = None
-    usage: Usage | None = None
+    usage: Usage | None = None  # the vendor's final count
+    # The usage so far of the last attempt's stream, left by the provider shell when it ended:
+    # what a cut stream is billed.
+    meter: UsageMeter = attrs.field(factory=UsageMeter)
 
     def observe(self, event: Event) -> None:
         if self.first_event_at is None:
@@ -57,10 +62,36 @@ class Outcome:
             self.usage = event
 
 
-def record(plan: Plan, outcome: Outcome, started_at: float) -> None:
-    """One request's metrics, whichever front served it."""
+def record(
+    plan: Plan,
+    outcome: Outcome,
+    started_at: float,
+    *,
+    request: ChatRequest | None = None,
+    request_id: str = "",
+    started_wall: float | None = None,
+) -> None:
+    """One request's metrics and its one usage record, whichever front served it."""
     metrics = plan.router.metrics
     provider = outcome.provider or (outcome.error.provider if outcome.error else None) or ""
+    now = trio.current_time()
+    plan.router.usage.offer(
+        usage_record(
+            request_id=request_id,
+            key=getattr(request, "key_name", None),
+            alias=plan.alias,
+            provider=provider or None,
+            cancelled=outcome.cancelled,
+            error_code=outcome.error.code if outcome.error is not None else None,
+            emitted=outcome.first_event_at is not None,
+            usage=outcome.usage,
+            partial=outcome.meter.partial,
+            messages=request.body.get("messages") if request is not None else None,
+            ttft_s=None if outcome.first_event_at is None else outcome.first_event_at - started_at,
+            duration_s=now - started_at,
+            started_at=time.time() if started_wall is None else started_wall,
+        )
+    )
     if outcome.cancelled is not None:
         result, code = "cancelled", outcome.cancelled
         metrics.cancellations.labels(outcome.cancelled).inc()
@@ -71,7 +102,7 @@ def record(plan: Plan, outcome: Outcome, started_at: float) -> None:
     metrics.requests.labels(plan.alias, provider, result, code).inc()
     if outcome.first_event_at is not None:
         metrics.ttft.labels(plan.alias, provider).observe(outcome.first_event_at - started_at)
-    metrics.duration.labels(plan.alias, provider).observe(trio.current_time() - started_at)
+    metrics.duration.labels(plan.alias, provider).observe(now - started_at)
     usage = outcome.usage
     if usage is not None:
         metrics.tokens.labels(plan.alias, provider, "prompt").inc(usage.prompt_tokens)
@@ -89,11 +120,14 @@ async def relay(
     consume: Consume,
     watch: Watch | None = None,
     drop_connection: DropConnection | None = None,
+    request_id: str = "",
 ) -> Outcome:
     """``drop_connection`` is called when the client stalls past ``client_stall_timeout_s``:
-    the consumer is then blocked writing to it, and only closing the connection unblocks it."""
+    the consumer is then blocked writing to it, and only closing the connection unblocks it.
+    ``request_id`` names the request's usage record."""
     outcome = Outcome()
     started_at = trio.current_time()
+    started_wall = time.time()
     try:
         await _relay(
             request,
@@ -110,7 +144,14 @@ async def relay(
         outcome.cancelled = outcome.cancelled or SHUTDOWN
         raise
     finally:
-        record(plan, outcome, started_at)
+        record(
+            plan,
+            outcome,
+            started_at,
+            request=request,
+            request_id=request_id,
+            started_wall=started_wall,
+        )
     return outcome
 
 
@@ -152,7 +193,7 @@ async def _relay(
                     try:
                         if drain.stopping:
                             raise ShuttingDown("the gateway is shutting down; retry elsewhere")
-                        await plan.router.run(request, plan, emit)
+                        await plan.router.run(request, plan, emit, outcome.meter)
                     except GatewayError as exc:
                         error = exc
                     except Exception as exc:

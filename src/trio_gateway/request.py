@@ -25,6 +25,9 @@ class ChatRequest:
     # None: the provider's default; True/False: the client asked for reasoning on/off.
     reasoning: bool | None
     required: frozenset[Capability]
+    # The API key's name (docs/accounting.md), set by the front once the key may use the alias;
+    # None when the gateway serves without keys.
+    key_name: str | None = None
 
 
 def _reasoning_switch(body: dict[str, Any]) -> bool | None:

@@ -20,11 +20,13 @@ from hypercorn.utils import wrap_app
 from trio_gateway.app import GatewayApp
 from trio_gateway.config import GatewayConfig, parse_hostport
 from trio_gateway.health import probe_service
+from trio_gateway.ledger import SQLiteLedger, open_usage_sink
 from trio_gateway.listen import Connections, serve_asgi
 from trio_gateway.pipeline import Router
 from trio_gateway.providers.credentials import credential_source
 from trio_gateway.providers.upstream import Upstream
 from trio_gateway.sim import SimHandle, serve_sim
+from trio_gateway.usage import UsageSink
 
 log = logging.getLogger("trio_gateway")
 
@@ -94,7 +96,29 @@ async def serve_gateway(
     """Serve until cancelled; or, once ``shutdown_trigger`` returns, stop accepting, let
     running streams finish for up to ``drain_timeout_s``, then cancel what is left.
 
-    ``kernel_stall_drop=False`` leaves TCP_USER_TIMEOUT off, as on a platform without it."""
+    ``kernel_stall_drop=False`` leaves TCP_USER_TIMEOUT off, as on a platform without it.
+    The usage ledger's service (``ledger.serve_ledger``) outlives every request, so the
+    records of the last ones are written too."""
+    async with open_usage_sink(config) as usage:
+        await _serve_gateway(
+            config,
+            usage,
+            rng=rng,
+            shutdown_trigger=shutdown_trigger,
+            kernel_stall_drop=kernel_stall_drop,
+            task_status=task_status,
+        )
+
+
+async def _serve_gateway(
+    config: GatewayConfig,
+    usage: UsageSink,
+    *,
+    rng: random.Random | None,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None,
+    kernel_stall_drop: bool,
+    task_status: trio.TaskStatus[GatewayHandle],
+) -> None:
     # The pools must outlive every task that uses them: the exit stack encloses the nursery.
     async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
         simulators: dict[str, SimHandle] = {}
@@ -110,6 +134,9 @@ async def serve_gateway(
             credential = credential_source(provider, config.api_keys, client)
             upstreams[name] = Upstream(provider, credential, client)
         router = Router(config.aliases, upstreams, rng=rng)
+        router.usage = usage
+        if isinstance(usage, SQLiteLedger):
+            router.metrics.registry.register(usage.collector())
         for name, upstream in upstreams.items():
             if upstream.config.probe:
                 await nursery.start(

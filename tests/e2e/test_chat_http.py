@@ -32,7 +32,7 @@ async def test_non_stream_answer_uses_the_alias_and_counts_tokens(stack: Stack) 
     sent = stack.sim.engine.stats().last_request_body
     assert sent["model"] == "qwen3-32b"
     assert sent["stream"] is True
-    assert sent["stream_options"] == {"include_usage": True}
+    assert sent["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
 
 
 async def test_stream_headers_chunks_and_done(stack: Stack) -> None:
@@ -57,7 +57,10 @@ async def test_stream_headers_chunks_and_done(stack: Stack) -> None:
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     # The upstream was asked for usage, but this client was not: no usage chunk.
     assert all("usage" not in c for c in chunks)
-    assert stack.sim.engine.stats().last_request_body["stream_options"] == {"include_usage": True}
+    assert stack.sim.engine.stats().last_request_body["stream_options"] == {
+        "include_usage": True,
+        "continuous_usage_stats": True,
+    }
 
 
 async def test_usage_chunk_is_forwarded_when_asked(stack: Stack) -> None:

@@ -169,9 +169,13 @@ def documented_examples() -> list[str]:
     return [block.split("```")[0] for block in text.split("```toml\n")[1:]]
 
 
-def test_the_documented_example_parses() -> None:
+def test_the_documented_example_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     [example] = [e for e in documented_examples() if "prompt-enhance" in e]
+    # It listens on 0.0.0.0, so it names a keys file, which must exist.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keys.toml").write_text("")
     config = parse_config(example, environ={"VLLM_API_KEY": "k"})
+    assert config.auth.keys_file == "keys.toml"
     assert set(config.aliases) == {"agent-lite", "prompt-enhance"}
     assert config.aliases["prompt-enhance"].on_saturated == "queue"
     assert list(config.providers()) == ["vllm-a", "vllm-b"]

@@ -133,7 +133,7 @@ def test_build_body_rewrites_model_and_always_asks_for_usage() -> None:
     body = build_body(request(stream=False, temperature=0.2, top_k=5), PROVIDER)
     assert body["model"] == "qwen3-32b"
     assert body["stream"] is True
-    assert body["stream_options"] == {"include_usage": True}
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["temperature"] == 0.2 and body["top_k"] == 5  # vLLM extensions pass
 
 

@@ -11,7 +11,9 @@ vLLM extension field: that the forced shapes come out proves the gateway passes 
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -21,9 +23,10 @@ import pytest
 import trio
 from openai import AsyncOpenAI
 
-from tests.e2e.harness import wait_until
+from tests.e2e.harness import provider_toml, running_gateway, wait_until
 from tests.vllm.helpers import (
     ALIAS,
+    KEY_ENV,
     PROVIDER,
     TOOL_CALL_RE,
     WEATHER_TOOL,
@@ -36,6 +39,7 @@ from tests.vllm.helpers import (
 )
 from tests.vllm.vllm_server import VllmServer
 from tests.vllm.wire_shape import Transcript, kinds_of
+from trio_gateway.config import parse_config
 from trio_gateway.health import State
 from trio_gateway.server import GatewayHandle
 
@@ -569,3 +573,56 @@ async def test_readiness_probe_passes_and_load_is_read(
         await wait_until(lambda: load() == 0, timeout_s=10)
         assert health.state is State.HEALTHY
     await wait_load(root, 0, within=10)
+
+
+# --- usage records ---------------------------------------------------------------------------
+
+
+async def test_a_cancelled_stream_is_billed_what_vllm_generated(
+    vllm_server: VllmServer, root: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """continuous_usage_stats: the record of a stream the client left is vLLM's own count up to
+    the last chunk the gateway read; vLLM may generate a token or two more before it sees the
+    disconnect, never fewer."""
+    ledger = tmp_path / "usage.sqlite3"
+    provider = provider_toml(
+        PROVIDER, vllm_server.root_url, alias=ALIAS, max_inflight=4, api_key_env=KEY_ENV
+    )
+    text = (
+        f'[server]\nlisten = "127.0.0.1:0"\n[usage]\nledger = "{ledger}"\n'
+        f"[aliases.{ALIAS}]\n{provider}"
+    )
+    config = parse_config(text, source="vllm-usage.toml", environ={KEY_ENV: vllm_server.api_key})
+    before = await wait_generation_settled(root, within=30)
+    body = chat(max_tokens=2000, ignore_eos=True, stream=True, reasoning=False)
+    content_chunks = 0
+    async with running_gateway(config) as gateway:
+        async with (
+            httpx.AsyncClient(base_url=gateway.base_url, timeout=120.0) as gw,
+            gw.stream("POST", "/v1/chat/completions", json=body) as resp,
+        ):
+            assert resp.status_code == 200
+            request_id = resp.headers["x-request-id"]
+            async for line in resp.aiter_lines():
+                if line.startswith("data: {"):
+                    chunk = json.loads(line[6:])
+                    assert "usage" not in chunk  # not asked for: never shown
+                    if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                        content_chunks += 1
+                if content_chunks == 20:
+                    break
+        await wait_metric(root, "vllm:num_requests_running", 0, within=10)
+    generated = await metric(root, "vllm:generation_tokens_total") - before
+    conn = sqlite3.connect(ledger)
+    try:
+        rows = conn.execute(
+            "SELECT request_id, outcome, completion_tokens, prompt_tokens, estimated FROM usage"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert len(rows) == 1
+    rid, outcome, completion, prompt, estimated = rows[0]
+    assert (rid, outcome, estimated) == (request_id, "cancelled", 0)
+    assert prompt > 0
+    assert content_chunks <= completion <= generated, (content_chunks, completion, generated)
+    assert generated - completion <= 5, (completion, generated)

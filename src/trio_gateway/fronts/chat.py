@@ -6,8 +6,10 @@ import time
 
 import trio
 
+from trio_gateway.auth import ApiKey
 from trio_gateway.config import ServerConfig
 from trio_gateway.errors import GatewayError, InternalError
+from trio_gateway.fronts.auth import authorize
 from trio_gateway.fronts.http import (
     Receive,
     Send,
@@ -45,9 +47,10 @@ async def handle_chat(
     receive: Receive,
     send: Send,
     drop_connection: DropConnection | None = None,
+    key: ApiKey | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
-    request = parse_chat_request(body)
+    request = authorize(parse_chat_request(body), key)
     plan = router.plan(request)
     completion_id = f"chatcmpl-{request_id}"
     created = int(time.time())
@@ -82,6 +85,7 @@ async def handle_chat(
             consume=consume_stream,
             watch=watch,
             drop_connection=drop_connection,
+            request_id=request_id,
         )
 
     accumulator = ResponseAccumulator(
@@ -110,4 +114,5 @@ async def handle_chat(
         consume=consume_whole,
         watch=watch,
         drop_connection=drop_connection,
+        request_id=request_id,
     )

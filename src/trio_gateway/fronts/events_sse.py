@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import trio
 
+from trio_gateway.auth import ApiKey
 from trio_gateway.config import ServerConfig
 from trio_gateway.errors import InternalError
+from trio_gateway.fronts.auth import authorize
 from trio_gateway.fronts.chat import watch_disconnect
 from trio_gateway.fronts.events_codec import EventEncoder, is_terminal, sse_frame
 from trio_gateway.fronts.http import Receive, Send, read_body, stream_sse
@@ -28,9 +30,10 @@ async def handle_events(
     receive: Receive,
     send: Send,
     drop_connection: DropConnection | None = None,
+    key: ApiKey | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
-    request = parse_chat_request(body)
+    request = authorize(parse_chat_request(body), key)
     plan = router.plan(request)
     encoder = EventEncoder(request_id=request_id, alias=request.alias)
     extra_headers = [(b"x-request-id", request_id.encode())]
@@ -71,4 +74,5 @@ async def handle_events(
         consume=consume,
         watch=watch,
         drop_connection=drop_connection,
+        request_id=request_id,
     )

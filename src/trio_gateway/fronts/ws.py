@@ -22,12 +22,14 @@ nothing here depends on them.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 import trio
 
+from trio_gateway.auth import ApiKey, KeyStore
 from trio_gateway.config import ServerConfig, WebSocketConfig
 from trio_gateway.drain import SHUTDOWN
 from trio_gateway.errors import (
@@ -38,6 +40,7 @@ from trio_gateway.errors import (
     TooManyRequests,
 )
 from trio_gateway.events import ResponseCancelled
+from trio_gateway.fronts.auth import authorize, websocket_handshake
 from trio_gateway.fronts.events_codec import (
     CLOSE_GOING_AWAY,
     CLOSE_KEEPALIVE_TIMEOUT,
@@ -54,10 +57,12 @@ from trio_gateway.fronts.events_codec import (
     parse_client_message,
     refusal,
 )
-from trio_gateway.fronts.http import Receive, Send
+from trio_gateway.fronts.http import JSON_HEADERS, Receive, Scope, Send
+from trio_gateway.fronts.openai_chunks import dumps as json_bytes
 from trio_gateway.pipeline import Plan, Router
 from trio_gateway.relay import CLIENT_GONE, CLIENT_STALL, DropConnection, Item, Outcome, relay
 from trio_gateway.request import ChatRequest, validate_chat_body
+from trio_gateway.usage import refused_record
 
 log = logging.getLogger("trio_gateway")
 
@@ -85,8 +90,10 @@ class WebSocketFront:
         server: ServerConfig,
         config: WebSocketConfig,
         new_request_id: Callable[[], str],
+        keys: KeyStore | None = None,
     ) -> None:
         self.router = router
+        self.keys = keys  # None: no API keys needed
         self.server = server
         self.config = config
         self.new_request_id = new_request_id
@@ -99,13 +106,27 @@ class WebSocketFront:
         )
 
     async def serve(
-        self, receive: Receive, send: Send, drop_connection: DropConnection | None = None
+        self,
+        receive: Receive,
+        send: Send,
+        drop_connection: DropConnection | None = None,
+        scope: Scope | None = None,
     ) -> None:
         """One socket, from the handshake until it is closed by either side.
 
         ``drop_connection`` shuts the client's TCP connection: the way out for a writer
-        blocked on a client that stopped reading."""
+        blocked on a client that stopped reading. ``scope`` holds the upgrade's headers,
+        subprotocols and query, where the API key is."""
         if (await receive())["type"] != "websocket.connect":
+            return
+        scope = scope if scope is not None else {}
+        try:
+            handshake = websocket_handshake(scope)
+            key = None if self.keys is None else self.keys.authenticate(handshake.key)
+        except GatewayError as exc:
+            # Refused before the upgrade; the key is never logged.
+            log.info("refusing a websocket: %s", exc.code)
+            await _refuse(send, scope, exc)
             return
         if self._open_sockets >= self.config.max_sockets:
             # Refused before the upgrade: the client sees HTTP 403 and can try another replica.
@@ -116,10 +137,24 @@ class WebSocketFront:
         # other handshake may run, or concurrent handshakes all pass the check.
         self._open_sockets += 1
         try:
-            await send({"type": "websocket.accept"})
-            await _Socket(self, send, drop_connection).run(receive)
+            await send({"type": "websocket.accept", "subprotocol": handshake.subprotocol})
+            await _Socket(self, send, drop_connection, key).run(receive)
         finally:
             self._open_sockets -= 1
+
+
+async def _refuse(send: Send, scope: Scope, error: GatewayError) -> None:
+    """Refuse an upgrade with the error's HTTP status and JSON body where the server supports
+    ASGI's denial responses (hypercorn does), else with a plain close (HTTP 403)."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    payload = json_bytes(error.to_body())
+    headers = [*JSON_HEADERS, (b"content-length", str(len(payload)).encode()), *error.headers()]
+    await send(
+        {"type": "websocket.http.response.start", "status": error.status, "headers": headers}
+    )
+    await send({"type": "websocket.http.response.body", "body": payload, "more_body": False})
 
 
 class _Request:
@@ -146,9 +181,14 @@ class _Request:
 
 class _Socket:
     def __init__(
-        self, front: WebSocketFront, send: Send, drop_connection: DropConnection | None
+        self,
+        front: WebSocketFront,
+        send: Send,
+        drop_connection: DropConnection | None,
+        key: ApiKey | None,
     ) -> None:
         self._front = front
+        self._key = key  # the socket's API key; each request's alias is checked against it
         self._drop_connection = drop_connection
         self._config = front.config
         self._send = send
@@ -357,6 +397,7 @@ class _Socket:
             return
         limit = self._config.max_requests_per_socket
         if len(self._requests) >= limit:
+            self._refused(self._front.new_request_id(), TooManyRequests.code)
             self._enqueue(
                 refusal(
                     TooManyRequests(
@@ -368,9 +409,10 @@ class _Socket:
             return
         request_id = self._front.new_request_id()
         try:
-            request = validate_chat_body(message.body)
+            request = authorize(validate_chat_body(message.body), self._key)
             plan = self._front.router.plan(request)
         except GatewayError as exc:
+            self._refused(request_id, exc.code)
             encoder = EventEncoder(request_id=request_id, alias=None, id=message.id)
             self._enqueue(encoder.encode(exc))
             return
@@ -380,6 +422,13 @@ class _Socket:
             self._idle = trio.Event()
         assert self._requests_nursery is not None
         self._requests_nursery.start_soon(self._serve_request, entry, request, plan)
+
+    def _refused(self, request_id: str, code: str) -> None:
+        """A request refused before its relay began (which records the others)."""
+        record = refused_record(
+            request_id=request_id, key=None, alias=None, error_code=code, started_at=time.time()
+        )
+        self._front.router.usage.offer(record)
 
     async def _serve_request(self, entry: _Request, request: ChatRequest, plan: Plan) -> None:
         server = self._front.server
@@ -409,6 +458,7 @@ class _Socket:
                 client_stall_timeout_s=server.client_stall_timeout_s,
                 consume=consume,
                 watch=entry.watch,
+                request_id=entry.request_id,
             )
         except Exception:
             log.exception("websocket request %s failed", entry.request_id)

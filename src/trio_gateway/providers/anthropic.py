@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
+import attrs
+
 from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import (
     ContextLengthExceeded,
@@ -51,6 +53,7 @@ from trio_gateway.request import ChatRequest
 from trio_gateway.sse import SSEEvent
 from trio_gateway.toolcalls import ToolCallAssembler
 from trio_gateway.upstream_errors import MAX_MESSAGE_CHARS, is_context_length, parse_retry_after
+from trio_gateway.usage import PartialUsage, estimate_tokens
 
 __all__ = [
     "API_VERSION",
@@ -245,10 +248,25 @@ class AnthropicStreamParser:
         self._cache_creation: int | None = None
         self._output_tokens = 0
         self._thinking_tokens: int | None = None
+        # For a stream cut before message_delta: the characters streamed so far.
+        self._output_final = False
+        self._streamed_chars = 0
 
     @property
     def done(self) -> bool:
         return self._done
+
+    def usage_so_far(self) -> PartialUsage | None:
+        """The input side is exact from ``message_start``; the output count is cumulative only
+        in ``message_delta``, at the end. Before it: the characters streamed / 4, estimated."""
+        if not self._started:
+            return None
+        usage = self._usage_event()
+        if self._output_final:
+            return PartialUsage(usage, estimated=False)
+        streamed = estimate_tokens(self._streamed_chars)
+        completion = max(usage.completion_tokens, streamed)
+        return PartialUsage(attrs.evolve(usage, completion_tokens=completion), estimated=True)
 
     def feed(self, event: SSEEvent) -> list[Event]:
         if not event.data:
@@ -415,12 +433,15 @@ class AnthropicStreamParser:
             return []
         if kind == "text_delta" and block.kind == "text":
             text = self._text(delta.get("text"), "a text_delta's text")
+            self._streamed_chars += len(text)
             return [TextDelta(text=text)] if text else []
         if kind == "thinking_delta" and block.kind == "thinking":
             text = self._text(delta.get("thinking"), "a thinking_delta's thinking")
+            self._streamed_chars += len(text)
             return [ReasoningDelta(text=text)] if text else []
         if kind == "input_json_delta" and block.kind == "tool_use":
             fragment = self._text(delta.get("partial_json"), "a partial_json")
+            self._streamed_chars += len(fragment)
             if not fragment:
                 return []
             block.has_arguments = True
@@ -444,7 +465,10 @@ class AnthropicStreamParser:
         stop_reason = delta.get("stop_reason")
         if stop_reason is not None:
             self._stop_reason = self._text(stop_reason, "stop_reason")
-        self._usage(payload.get("usage"))
+        usage = payload.get("usage")
+        self._usage(usage)
+        # message_delta's output count is cumulative and final: exact from here on.
+        self._output_final = isinstance(usage, dict) and "output_tokens" in usage
 
     def _finish(self) -> list[Event]:
         if self._stop_reason is None:
@@ -455,18 +479,19 @@ class AnthropicStreamParser:
             # The answer ends in tool calls whatever the vendor named its stop.
             finish_reason = "tool_calls"
         events: list[Event] = list(self._tool_calls.finish())
-        cache_read = self._cache_read or 0
-        events.append(
-            Usage(
-                # Anthropic's input_tokens exclude the cache; OpenAI's prompt tokens hold it.
-                prompt_tokens=self._input_tokens + cache_read + (self._cache_creation or 0),
-                completion_tokens=self._output_tokens,
-                reasoning_tokens=self._thinking_tokens,
-                cached_tokens=self._cache_read,
-            )
-        )
+        events.append(self._usage_event())
         events.append(ResponseDone(finish_reason=finish_reason))
         return events
+
+    def _usage_event(self) -> Usage:
+        cache_read = self._cache_read or 0
+        return Usage(
+            # Anthropic's input_tokens exclude the cache; OpenAI's prompt tokens hold it.
+            prompt_tokens=self._input_tokens + cache_read + (self._cache_creation or 0),
+            completion_tokens=self._output_tokens,
+            reasoning_tokens=self._thinking_tokens,
+            cached_tokens=self._cache_read,
+        )
 
 
 def parse_whole(provider: str, body: bytes) -> list[Event]:

@@ -34,6 +34,7 @@ from trio_gateway.errors import GatewayError
 from trio_gateway.events import Event
 from trio_gateway.request import ChatRequest
 from trio_gateway.sse import SSEEvent
+from trio_gateway.usage import PartialUsage
 
 
 @attrs.frozen(kw_only=True)
@@ -57,6 +58,12 @@ class StreamParser(Protocol):
 
     def close(self) -> list[Event]:
         """The byte stream ended: the last events, or an ``UpstreamProtocolError`` if cut."""
+        ...
+
+    def usage_so_far(self) -> PartialUsage | None:
+        """The answer's usage as far as it was streamed (None before anything was): asked
+        once, when the stream ends, so a cut stream is billed too. Keeping it must cost no
+        more than an assignment per chunk."""
         ...
 
 

@@ -51,6 +51,7 @@ from trio_gateway.request import ChatRequest
 from trio_gateway.sse import SSEEvent
 from trio_gateway.toolcalls import ToolCallAssembler
 from trio_gateway.upstream_errors import MAX_MESSAGE_CHARS, is_context_length, parse_retry_after
+from trio_gateway.usage import PartialUsage, estimate_tokens
 
 __all__ = [
     "DROPPED_FIELDS",
@@ -378,10 +379,32 @@ class GeminiStreamParser:
         self._usage: Usage | None = None
         self._tool_calls = ToolCallAssembler()
         self._tool_count = 0
+        # Characters streamed since the last usageMetadata, for a stream cut short.
+        self._unmetered_chars = 0
 
     @property
     def done(self) -> bool:
         return self._done
+
+    def usage_so_far(self) -> PartialUsage | None:
+        """``usageMetadata`` is cumulative on every chunk: exact while the last chunk with
+        content carried it; else the last count plus the characters streamed after it / 4
+        (no count at all: the characters alone), marked estimated."""
+        if not self._started:
+            return None
+        if self._usage is not None and not self._unmetered_chars:
+            return PartialUsage(self._usage, estimated=False)
+        usage = self._usage or Usage(0, 0)
+        extra = estimate_tokens(self._unmetered_chars)
+        return PartialUsage(
+            Usage(
+                usage.prompt_tokens,
+                usage.completion_tokens + extra,
+                usage.reasoning_tokens,
+                usage.cached_tokens,
+            ),
+            estimated=True,
+        )
 
     def feed(self, event: SSEEvent) -> list[Event]:
         if not event.data:
@@ -431,8 +454,10 @@ class GeminiStreamParser:
             # A blocked prompt is the whole answer: nothing follows it.
             self._finish_reason = "content_filter"
             return events + self._finish()
-        if self._finish_reason is not None and isinstance(metadata, dict):
-            events += self._finish()
+        if isinstance(metadata, dict):
+            self._unmetered_chars = 0  # the count covers this chunk too
+            if self._finish_reason is not None:
+                events += self._finish()
         return events
 
     @staticmethod
@@ -468,6 +493,7 @@ class GeminiStreamParser:
             if not isinstance(text, str):
                 raise self._malformed("a part's text is not a string")
             if text:
+                self._unmetered_chars += len(text)
                 thought = part.get("thought") is True
                 events.append(ReasoningDelta(text=text) if thought else TextDelta(text=text))
         call = part.get("functionCall")
@@ -488,6 +514,7 @@ class GeminiStreamParser:
         arguments = "{}" if args is None else json.dumps(args, ensure_ascii=False)
         # Gemini's calls have no ids (results are matched by name): one is made here, once
         # per call, so every fragment and the assembled call share it.
+        self._unmetered_chars += len(arguments)
         delta = ToolCallDelta(self._tool_count, new_tool_call_id(), name, arguments)
         self._tool_count += 1
         try:

@@ -27,6 +27,7 @@ from trio_gateway.request import GATEWAY_FIELDS, ChatRequest
 from trio_gateway.sse import SSEEvent
 from trio_gateway.toolcalls import ToolCallAssembler
 from trio_gateway.upstream_errors import classify_inband, classify_status
+from trio_gateway.usage import PartialUsage
 
 # Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
 IGNORED_FIELDS = frozenset({"store", "metadata", "user"})
@@ -42,9 +43,10 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
     body = {k: v for k, v in request.body.items() if k not in drop}
     body["model"] = provider.model
     body["stream"] = True
-    # Without this vLLM reports no token counts at all on a stream; the front decides whether
-    # the client sees the usage chunk.
-    body["stream_options"] = {"include_usage": True}
+    # Without include_usage vLLM reports no token counts at all on a stream; with
+    # continuous_usage_stats every chunk carries the cumulative counts, so a stream cut short is
+    # billed exactly up to its last chunk. The front decides whether the client sees usage.
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     if request.reasoning is not None and Capability.REASONING in provider.capabilities:
         template_kwargs = body.get("chat_template_kwargs")
         merged = dict(template_kwargs) if isinstance(template_kwargs, dict) else {}
@@ -81,10 +83,31 @@ class ChunkParser:
         self._finish_reason: str | None = None
         self._done = False
         self._tool_calls = ToolCallAssembler()
+        # The latest cumulative usage object (vLLM's continuous_usage_stats: on every chunk),
+        # kept as decoded and parsed only if the stream is cut; and the fragments streamed since.
+        self._usage: dict[str, Any] | None = None
+        self._unmetered = 0
 
     @property
     def done(self) -> bool:
         return self._done
+
+    def usage_so_far(self) -> PartialUsage | None:
+        """Exact while the last chunk carried cumulative usage (vLLM with
+        continuous_usage_stats); else the last count plus one token per fragment streamed after
+        it (OpenAI and vLLM send one token per chunk), marked estimated."""
+        if not self._started:
+            return None
+        usage = parse_usage(self._usage) if self._usage is not None else Usage(0, 0)
+        if not self._unmetered:
+            return PartialUsage(usage, estimated=self._usage is None)
+        usage = Usage(
+            usage.prompt_tokens,
+            usage.completion_tokens + self._unmetered,
+            usage.reasoning_tokens,
+            usage.cached_tokens,
+        )
+        return PartialUsage(usage, estimated=True)
 
     def feed(self, event: SSEEvent) -> list[Event]:
         return self.feed_data(event.data)
@@ -119,9 +142,12 @@ class ChunkParser:
             self._choice(choices[0], events)
         usage = chunk.get("usage")
         # With continuous usage stats every chunk carries usage; only the closing one
-        # (no choices) is the total.
-        if isinstance(usage, dict) and not choices:
-            events.append(parse_usage(usage))
+        # (no choices) is the total. The others are kept as they are: one assignment.
+        if isinstance(usage, dict):
+            self._usage = usage
+            self._unmetered = 0
+            if not choices:
+                events.append(parse_usage(usage))
         return events
 
     def _malformed(self, what: str) -> UpstreamProtocolError:
@@ -145,15 +171,18 @@ class ChunkParser:
         )
         if reasoning:
             events.append(ReasoningDelta(text=reasoning))
+            self._unmetered += 1
         content = self._text(delta.get("content"), "content")
         if content:
             events.append(TextDelta(text=content))
+            self._unmetered += 1
         tool_calls = delta.get("tool_calls")
         if tool_calls:
             if not isinstance(tool_calls, list):
                 raise self._malformed("'tool_calls' is not a list")
             for fragment in tool_calls:
                 events.append(self._tool_call(fragment))
+            self._unmetered += 1
         finish_reason = self._text(choice.get("finish_reason"), "finish_reason")
         if finish_reason:
             self._finish_reason = finish_reason

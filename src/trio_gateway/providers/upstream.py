@@ -21,12 +21,13 @@ from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.events import Event
 from trio_gateway.providers import dialect_for
-from trio_gateway.providers.dialect import Dialect
+from trio_gateway.providers.dialect import Dialect, StreamParser
 from trio_gateway.providers.httpx_errors import map_httpx_errors, read_limited
 from trio_gateway.providers.translate import REDACTED, redact_credentials
 from trio_gateway.providers.vertex_auth import TokenSource
 from trio_gateway.request import ChatRequest
 from trio_gateway.sse import SSEDecodeError, SSEDecoder
+from trio_gateway.usage import UsageMeter
 
 Emit = Callable[[Event], Awaitable[None]]
 
@@ -118,11 +119,15 @@ class Upstream:
             return None
         return load if type(load) is int else None
 
-    async def stream_chat(self, request: ChatRequest, emit: Emit) -> None:
+    async def stream_chat(
+        self, request: ChatRequest, emit: Emit, meter: UsageMeter | None = None
+    ) -> None:
         """Send ``request`` upstream and emit its events until the answer is complete.
 
         The caller holds a gate slot. Cancellation closes the upstream response at once, which
-        is how vLLM learns to abort.
+        is how vLLM learns to abort. When a stream ends, however it ends (complete, cut by an
+        error, cancelled), the parser's usage so far is left in ``meter``: that is how a cut
+        stream is billed.
         """
         config = self.config
         call = self.dialect.build_call(request, config)
@@ -140,7 +145,7 @@ class Upstream:
                 provider=self.name,
             ) from None
         try:
-            await self._exchange(call.url, call.body, headers, emit, first_deadline)
+            await self._exchange(call.url, call.body, headers, emit, first_deadline, meter)
         except GatewayError as exc:
             # Vendors echo parts of a refused key back ("Incorrect API key provided: sk-...").
             exc.message = _scrub(exc.message, secret)
@@ -154,6 +159,7 @@ class Upstream:
         headers: dict[str, str],
         emit: Emit,
         first_deadline: float,
+        meter: UsageMeter | None,
     ) -> None:
         config = self.config
         with map_httpx_errors(self.name):
@@ -180,7 +186,7 @@ class Upstream:
                 if content_type.startswith("application/json"):
                     await self._whole(response, emit, first_deadline)
                 else:
-                    await self._relay(response, emit, first_deadline)
+                    await self._relay(response, emit, first_deadline, meter)
             finally:
                 await response.aclose()
 
@@ -202,10 +208,26 @@ class Upstream:
         for event in self.dialect.parse_whole(self.name, body):
             await emit(event)
 
-    async def _relay(self, response: httpx.Response, emit: Emit, first_deadline: float) -> None:
+    async def _relay(
+        self,
+        response: httpx.Response,
+        emit: Emit,
+        first_deadline: float,
+        meter: UsageMeter | None,
+    ) -> None:
+        parser = self.dialect.new_parser(self.name)
+        try:
+            await self._read_stream(response, emit, first_deadline, parser)
+        finally:
+            # Once per stream, on every way out (Cancelled included): no await, no per-chunk cost.
+            if meter is not None and (partial := parser.usage_so_far()) is not None:
+                meter.partial = partial
+
+    async def _read_stream(
+        self, response: httpx.Response, emit: Emit, first_deadline: float, parser: StreamParser
+    ) -> None:
         config = self.config
         decoder = SSEDecoder()
-        parser = self.dialect.new_parser(self.name)
         chunks = response.aiter_bytes()
         started = False
         while True:
