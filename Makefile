@@ -6,15 +6,24 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install run test lint typecheck unit bench mutation clean
 
+# Serving needs the package alone; the tests add their tools (SDKs, pytest, ruff, mypy).
+RUN_STAMP := $(VENV)/.run-stamp
+
+$(RUN_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/trio-gateway serve --config gateway.toml
 
 lint: $(STAMP)

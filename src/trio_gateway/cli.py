@@ -1,4 +1,4 @@
-"""``trio-gateway serve | check | sim``."""
+"""``trio-gateway serve | check | init | sim | keys | usage``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import logging
 import signal
 import sys
 from functools import partial
+from importlib.resources import files
+from pathlib import Path
 
 import trio
 
+from trio_gateway import __version__
 from trio_gateway.cli_keys import keys_main
 from trio_gateway.cli_usage import usage_main
 from trio_gateway.config import DEFAULT_CONFIG_NAME, ConfigError, GatewayConfig, load_config
@@ -17,28 +20,50 @@ from trio_gateway.server import serve_gateway
 from trio_gateway.sim import sim_main
 
 EXIT_CONFIG = 2
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# The starter config `init` writes: the embedded-simulator default, the same as the repository's
+# gateway.toml (a test keeps the two identical).
+STARTER_CONFIG = "default_gateway.toml"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trio-gateway", description="An LLM gateway on trio.")
+    parser.add_argument("--version", action="version", version=f"trio-gateway {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the gateway")
     serve.add_argument(
         "--config", default=DEFAULT_CONFIG_NAME, help="config file (default: ./gateway.toml)"
     )
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--listen", metavar="HOST:PORT", help="listen here instead of the config's server.listen"
+    )
+    serve.add_argument(
+        "--log-level", default="info", type=str.lower, choices=LOG_LEVELS, help="default: info"
+    )
     check = commands.add_parser("check", help="validate a config file without serving")
     check.add_argument("file", nargs="?", default=DEFAULT_CONFIG_NAME)
+    init = commands.add_parser(
+        "init", help="write a starter gateway.toml (the built-in simulator default)"
+    )
+    init.add_argument("path", nargs="?", default=DEFAULT_CONFIG_NAME)
+    init.add_argument("--force", action="store_true", help="replace an existing file")
     commands.add_parser("sim", help="run the vLLM simulator (see: trio-gateway sim --help)")
     commands.add_parser("keys", help="create and list API keys (see: trio-gateway keys --help)")
     commands.add_parser("usage", help="usage records from the ledger (see: --help)")
     return parser
 
 
-def _load(path: str) -> GatewayConfig | None:
+def _load(path: str, listen: str | None = None) -> GatewayConfig | None:
     try:
-        return load_config(path)
+        return load_config(path, listen=listen)
     except ConfigError as exc:
+        if path == DEFAULT_CONFIG_NAME and not Path(path).exists():
+            print(
+                f"trio-gateway: no {path} here; write one with `trio-gateway init` "
+                "(the built-in simulator default), or give --config PATH",
+                file=sys.stderr,
+            )
+            return None
         for problem in exc.problems:
             print(f"{exc.source}: {problem}", file=sys.stderr)
         print(f"{exc.source}: {len(exc.problems)} problem(s); nothing started", file=sys.stderr)
@@ -79,6 +104,20 @@ def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
     return out
 
 
+def _init(path: Path, *, force: bool) -> int:
+    if path.exists() and not force:
+        print(f"trio-gateway: {path} exists; keeping it (--force replaces it)", file=sys.stderr)
+        return 1
+    text = files("trio_gateway").joinpath(STARTER_CONFIG).read_text(encoding="utf-8")
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"trio-gateway: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}: serve it with `trio-gateway serve --config {path}`")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["sim"]:
@@ -88,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     if args_in[:1] == ["usage"]:
         return usage_main(args_in[1:])
     args = _parser().parse_args(args_in)
+    if args.command == "init":
+        return _init(Path(args.path), force=args.force)
     if args.command == "check":
         config = _load(args.file)
         if config is None:
@@ -101,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     # One line per upstream request is noise at INFO; the gateway logs what matters.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    config = _load(args.config)
+    config = _load(args.config, args.listen)
     if config is None:
         return EXIT_CONFIG
     failed = False

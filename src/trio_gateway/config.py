@@ -508,14 +508,25 @@ def _raw_secret_problems(raw: dict[str, Any], environ: Mapping[str, str]) -> lis
 
 
 def parse_config(
-    text: str, *, source: str = "<config>", environ: Mapping[str, str] | None = None
+    text: str,
+    *,
+    source: str = "<config>",
+    environ: Mapping[str, str] | None = None,
+    listen: str | None = None,
 ) -> GatewayConfig:
-    """Parse TOML text into a config, or raise :class:`ConfigError` listing every problem."""
+    """Parse TOML text into a config, or raise :class:`ConfigError` listing every problem.
+
+    ``listen`` (``serve --listen``) replaces ``server.listen`` before anything is checked, so
+    the checks that depend on it (a non-loopback address needs ``[auth]``) see the real one."""
     env = os.environ if environ is None else environ
     try:
         raw = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
         raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
+    if listen is not None:
+        server = raw.setdefault("server", {})
+        if isinstance(server, dict):
+            server["listen"] = listen
     config, problems = _structural_problems(raw)
     if config is None:
         # Value checks need the types right; missing secrets do not, and are worth knowing now.
@@ -531,7 +542,9 @@ def parse_config(
     return attrs.evolve(config, api_keys=keys, source=source)
 
 
-def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+def load_config(
+    path: str | Path, *, environ: Mapping[str, str] | None = None, listen: str | None = None
+) -> GatewayConfig:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -539,7 +552,7 @@ def load_config(path: str | Path, *, environ: Mapping[str, str] | None = None) -
         raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(str(path), [f"not UTF-8 text: {exc}"]) from None
-    return parse_config(text, source=str(path), environ=environ)
+    return parse_config(text, source=str(path), environ=environ, listen=listen)
 
 
 def parse_hostport(listen: str) -> tuple[str, int]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import random
 import socket
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from functools import partial
 from typing import cast
 
@@ -36,6 +36,24 @@ STALL_DROP_MARGIN_S = 1.0
 # After the drain deadline cancels the answers still running, the time they get to send their
 # last error event before hypercorn closes the connections.
 DRAIN_MARGIN_S = 2.0
+
+
+class ListenError(OSError):
+    """An address the config names cannot be listened on: says which address, and which key of
+    the config wants it (the embedded simulator's port is a common surprise)."""
+
+
+@contextmanager
+def _listening_on(listen: str, key: str) -> Iterator[None]:
+    try:
+        yield
+    except* OSError as group:
+        # A bind fails inside the simulator's own nursery too, so it may come wrapped.
+        exc = group.exceptions[0]
+        while isinstance(exc, BaseExceptionGroup):
+            exc = exc.exceptions[0]
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+        raise ListenError(f"cannot listen on {listen} ({key} in the config): {reason}") from exc
 
 
 @attrs.frozen
@@ -124,9 +142,10 @@ async def _serve_gateway(
         simulators: dict[str, SimHandle] = {}
         for name, simulator in config.simulators.items():
             host, port = parse_hostport(simulator.listen)
-            simulators[name] = await nursery.start(
-                partial(serve_sim, simulator.sim, host=host, port=port)
-            )
+            with _listening_on(simulator.listen, f"simulators.{name}.listen"):
+                simulators[name] = await nursery.start(
+                    partial(serve_sim, simulator.sim, host=host, port=port)
+                )
             log.info("simulator %s serving on %s", name, simulators[name].base_url)
         upstreams: dict[str, Upstream] = {}
         for name, provider in config.providers().items():
@@ -176,11 +195,12 @@ async def _serve_gateway(
             router.drain.cancel_all()
 
         nursery.start_soon(end_the_drain)
-        sockets = listening_sockets(
-            hc,
-            stall_timeout_s=config.server.client_stall_timeout_s,
-            kernel_stall_drop=kernel_stall_drop,
-        )
+        with _listening_on(config.server.listen, "server.listen"):
+            sockets = listening_sockets(
+                hc,
+                stall_timeout_s=config.server.client_stall_timeout_s,
+                kernel_stall_drop=kernel_stall_drop,
+            )
 
         async def run_app(*, task_status: trio.TaskStatus[list[str]]) -> None:
             try:

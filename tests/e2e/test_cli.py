@@ -8,9 +8,12 @@ import socket
 import subprocess
 import sys
 import time
+from importlib.resources import files
 from pathlib import Path
 
 import httpx
+import pytest
+import tomli
 from openai import OpenAI
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +96,32 @@ def test_a_busy_port_is_one_clear_line(tmp_path: Path) -> None:
             cwd=tmp_path,
         )
     assert result.returncode == 1
-    assert "cannot serve: [Errno 98] Address already in use" in result.stderr
+    assert (
+        f"cannot serve: cannot listen on 127.0.0.1:{port} (server.listen in the config): "
+        "Address already in use" in result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_a_busy_simulator_port_names_the_simulator(tmp_path: Path) -> None:
+    config, _ = default_config_on_free_ports(tmp_path)
+    sim_listen = tomli.loads(config.read_text())["simulators"]["local-vllm"]["listen"]
+    host, port = sim_listen.rsplit(":", 1)
+    with socket.socket() as busy:
+        busy.bind((host, int(port)))
+        busy.listen()
+        result = subprocess.run(
+            [*CLI, "serve", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            cwd=tmp_path,
+        )
+    assert result.returncode == 1
+    assert (
+        f"cannot listen on {sim_listen} (simulators.local-vllm.listen in the config): "
+        "Address already in use" in result.stderr
+    ), result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -110,3 +138,74 @@ def test_a_bad_config_does_not_start(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert f"{bad}: server.listen: expected a string, got 8080" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=20, cwd=cwd)
+
+
+def test_version_is_the_package_version(tmp_path: Path) -> None:
+    result = run("--version", cwd=tmp_path)
+    assert result.returncode == 0
+    version = tomli.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert result.stdout.strip() == f"trio-gateway {version}"
+
+
+def test_an_unknown_log_level_is_refused_with_the_choices(tmp_path: Path) -> None:
+    result = run("serve", "--log-level", "verbose", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "invalid choice: 'verbose'" in result.stderr
+    assert "'debug', 'info', 'warning', 'error', 'critical'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_without_a_config_points_to_init(tmp_path: Path) -> None:
+    result = run("serve", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "no gateway.toml here; write one with `trio-gateway init`" in result.stderr
+
+
+def test_init_writes_the_default_config_and_keeps_an_existing_one(tmp_path: Path) -> None:
+    packaged = files("trio_gateway").joinpath("default_gateway.toml")
+    # The declared package data is real, and it is the repository's default.
+    assert packaged.read_text() == (REPO / "gateway.toml").read_text()
+    result = run("init", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = tmp_path / "gateway.toml"
+    assert written.read_text() == (REPO / "gateway.toml").read_text()
+    assert run("check", cwd=tmp_path).returncode == 0
+    written.write_text("# mine\n")
+    again = run("init", cwd=tmp_path)
+    assert again.returncode == 1
+    assert "exists; keeping it" in again.stderr
+    assert written.read_text() == "# mine\n"
+    assert run("init", "--force", str(written), cwd=tmp_path).returncode == 0
+    assert written.read_text() == (REPO / "gateway.toml").read_text()
+
+
+def test_listen_overrides_the_config(tmp_path: Path) -> None:
+    config, config_port = default_config_on_free_ports(tmp_path)
+    port = free_port()
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        wait_ready(port, proc)
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"http://127.0.0.1:{config_port}/readyz", timeout=1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    assert f"serving on http://127.0.0.1:{port}" in err
+
+
+def test_listen_elsewhere_than_loopback_needs_auth(tmp_path: Path) -> None:
+    config, _ = default_config_on_free_ports(tmp_path)
+    config.write_text(config.read_text().replace("[auth]\nopen = true\n", ""))
+    result = run("serve", "--config", str(config), "--listen", "0.0.0.0:1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "server.listen '0.0.0.0:1' is not a loopback address" in result.stderr
