@@ -162,9 +162,10 @@ class GatewayApp:
         """Ready when every alias has a provider that is healthy or still starting."""
         ready = self.router.ready()
         not_ready = sorted(alias for alias, providers in ready.items() if not providers)
+        draining = self.router.drain.stopping
         now = trio.current_time()
         body = {
-            "status": "not_ready" if not_ready else "ready",
+            "status": "draining" if draining else "not_ready" if not_ready else "ready",
             "aliases_without_provider": not_ready,
             "providers": {
                 name: {
@@ -177,7 +178,7 @@ class GatewayApp:
                 for snap in [health.snapshot(now)]
             },
         }
-        await send_json(send, 503 if not_ready else 200, body)
+        await send_json(send, 503 if not_ready or draining else 200, body)
 
     async def _metrics(self, send: Send) -> None:
         payload = self.router.metrics.render()

@@ -19,6 +19,8 @@ class Drain:
         self.stopping = False
         # For long-lived connections (WebSockets) that must close themselves once idle.
         self.began = trio.Event()
+        # Set once stopping with no answer left: the server may then close its listener.
+        self._idle = trio.Event()
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -32,11 +34,20 @@ class Drain:
                 yield scope
         finally:
             self._producers.discard(scope)
+            if self.stopping and not self._producers:
+                self._idle.set()
 
     def begin(self) -> None:
         """No new answers from now on; those running go on."""
         self.stopping = True
         self.began.set()
+        if not self._producers:
+            self._idle.set()
+
+    async def idle(self) -> None:
+        """Wait until stopping and every answer has ended (finished, or cancelled by
+        :meth:`cancel_all`)."""
+        await self._idle.wait()
 
     def cancel_all(self) -> None:
         self.begin()

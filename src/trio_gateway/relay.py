@@ -192,7 +192,9 @@ async def _relay(
                 with drain.track() as producer:
                     try:
                         if drain.stopping:
-                            raise ShuttingDown("the gateway is shutting down; retry elsewhere")
+                            raise ShuttingDown(
+                                "the gateway is shutting down; retry elsewhere", retry_after_s=1.0
+                            )
                         await plan.router.run(request, plan, emit, outcome.meter)
                     except GatewayError as exc:
                         error = exc

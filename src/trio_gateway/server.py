@@ -186,6 +186,11 @@ async def _serve_gateway(
                 await shutdown_trigger()
             router.drain.begin()
             stopping.set()
+            # The listener stays open while answers finish: /readyz says "draining" (so a load
+            # balancer stops sending), /healthz and /metrics answer, and a new chat request gets
+            # 503 shutting_down instead of a refused connection. It closes once the last answer
+            # has ended, or end_the_drain has cancelled what was left.
+            await router.drain.idle()
 
         async def end_the_drain() -> None:
             await stopping.wait()

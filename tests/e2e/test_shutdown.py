@@ -1,10 +1,12 @@
-"""Graceful shutdown: stop accepting, let answers finish within the drain, then end the rest
-cleanly (upstream closed, an in-band shutting_down error, a proper end of stream)."""
+"""Graceful shutdown: keep listening while answers finish within the drain (readyz says
+draining, new requests get 503), then end the rest cleanly (upstream closed, an in-band
+shutting_down error, a proper end of stream) and close the listener."""
 
 from __future__ import annotations
 
 import json
 import random
+from functools import partial
 
 import httpx
 import pytest
@@ -52,10 +54,24 @@ async def test_drain_lets_short_answers_finish_and_ends_long_ones_cleanly() -> N
             await both_started.acquire()
             shutdown.set()
             stopping_at = trio.current_time()
+            # While the long answer drains, the listener stays open and says so.
+            base = gateway.base_url
+            async with httpx.AsyncClient(timeout=5) as client:
+                ready = await client.get(base + "/readyz")
+                assert (ready.status_code, ready.json()["status"]) == (503, "draining")
+                assert (await client.get(base + "/healthz")).status_code == 200
+                metrics = await client.get(base + "/metrics")
+                assert metrics.status_code == 200
+                assert "gateway_requests_total" in metrics.text
+                refused = await client.post(url, json=chat())
+                assert refused.status_code == 503
+                assert refused.json()["error"]["code"] == "shutting_down"
+                assert refused.headers["retry-after"] == "1"
+            assert not returned.is_set()
             with trio.fail_after(10):
                 await returned.wait()
             took = trio.current_time() - stopping_at
-            # New connections are refused once the gateway stops accepting.
+            # New connections are refused once the drain is over.
             with pytest.raises(httpx.ConnectError):
                 async with httpx.AsyncClient() as client:
                     await client.post(url, json=chat())
@@ -79,3 +95,22 @@ async def test_new_requests_on_open_connections_are_refused_while_draining(stack
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "shutting_down"
     assert stack.sim.engine.stats().requests == 0
+
+
+async def test_a_drain_with_nothing_running_closes_the_listener_at_once() -> None:
+    async with running_sim() as sim:
+        config = gateway_config(provider_toml("sim-a", sim.base_url), "drain_timeout_s = 30.0")
+        shutdown = trio.Event()
+        async with trio.open_nursery() as nursery:
+            gateway: GatewayHandle = await nursery.start(
+                partial(serve_gateway, config, shutdown_trigger=shutdown.wait)
+            )
+            async with httpx.AsyncClient(timeout=5) as client:
+                assert (await client.get(gateway.base_url + "/readyz")).status_code == 200
+            shutdown.set()
+            # Nothing to wait for: far sooner than the 30 s drain.
+            with trio.fail_after(5):
+                await gateway.router.drain.idle()
+        with pytest.raises(httpx.ConnectError):
+            async with httpx.AsyncClient() as client:
+                await client.get(gateway.base_url + "/healthz")
