@@ -11,7 +11,13 @@ import trio
 
 from trio_gateway.auth import ApiKey, KeyStore
 from trio_gateway.config import GatewayConfig
-from trio_gateway.errors import GatewayError, InternalError, MethodNotAllowed, RouteNotFound
+from trio_gateway.errors import (
+    GatewayError,
+    InternalError,
+    MethodNotAllowed,
+    ModelNotFound,
+    RouteNotFound,
+)
 from trio_gateway.fronts.auth import http_key
 from trio_gateway.fronts.chat import handle_chat
 from trio_gateway.fronts.events_sse import handle_events
@@ -32,6 +38,12 @@ ROUTES = {
     "/readyz": ("GET",),
     "/metrics": ("GET",),
 }
+MODEL_PREFIX = "/v1/models/"
+# Every route, for the 404's hint (a test checks it against ROUTES).
+ROUTE_LIST = (
+    "POST /v1/chat/completions, POST /v1/events, GET /v1/models, GET /v1/models/{id}, "
+    "GET /v1/ws (WebSocket), GET /healthz, GET /readyz, GET /metrics"
+)
 # Paths that need an API key when the gateway has keys; the probes and metrics never do.
 KEYED_PATHS = frozenset({"/v1/chat/completions", "/v1/events", "/v1/models"})
 # Routes whose every request gets a usage record (relay.record once it is under way).
@@ -88,12 +100,17 @@ class GatewayApp:
         self.open_requests += 1
         key: ApiKey | None = None
         try:
-            methods = ROUTES.get(path.rstrip("/") or "/")
+            route = path.rstrip("/") or "/"
+            model_id = None
+            if route.startswith(MODEL_PREFIX) and len(route) > len(MODEL_PREFIX):
+                # /v1/models/{id}: the SDK's models.retrieve. An alias may hold a "/".
+                route, model_id = "/v1/models", route[len(MODEL_PREFIX) :]
+            methods = ROUTES.get(route)
             if methods is None:
-                raise RouteNotFound(f"no route {path}; see /v1/chat/completions, /v1/models")
+                raise RouteNotFound(f"no route {path}; the routes are {ROUTE_LIST}")
             if method not in methods:
                 raise MethodNotAllowed(f"{path} accepts {', '.join(methods)}, not {method}")
-            path = path.rstrip("/")
+            path = route
             key = http_key(scope, self.keys) if path in KEYED_PATHS else None
             drop = partial(self.connections.abort, scope.get("client"))
             if path == "/v1/chat/completions":
@@ -104,6 +121,8 @@ class GatewayApp:
                 await handle_events(
                     self.router, self.config.server, request_id, receive, send, drop, key
                 )
+            elif path == "/v1/models" and model_id is not None:
+                await send_json(send, 200, self._model(model_id, key))
             elif path == "/v1/models":
                 await send_json(send, 200, self._models(key))
             elif path == "/healthz":
@@ -193,6 +212,15 @@ class GatewayApp:
             }
         )
         await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+    def _model(self, model_id: str, key: ApiKey | None) -> dict[str, object]:
+        """One alias; one the key may not use is as unknown as one that does not exist."""
+        if model_id not in self.config.aliases or (key is not None and not key.allows(model_id)):
+            raise ModelNotFound(
+                f"The model '{model_id}' does not exist; GET /v1/models lists the aliases",
+                param="model",
+            )
+        return {"id": model_id, "object": "model", "created": 0, "owned_by": "trio-gateway"}
 
     def _models(self, key: ApiKey | None) -> dict[str, object]:
         """The aliases, or those the caller's key may use."""

@@ -160,6 +160,15 @@ async def test_models_lists_only_the_aliases_of_the_key(keyed: Keyed) -> None:
 
         assert await ids(keyed.keys["alice"]) == ["agent-lite", "prompt-enhance"]
         assert await ids(keyed.keys["bob"]) == ["prompt-enhance"]
+        # One model: a key learns nothing of an alias it may not use.
+        assert_401(await client.get(keyed.v1 + "/models/agent-lite"))
+        one = await client.get(keyed.v1 + "/models/agent-lite", headers=bearer(keyed.keys["alice"]))
+        assert (one.status_code, one.json()["id"]) == (200, "agent-lite")
+        hidden = await client.get(
+            keyed.v1 + "/models/agent-lite", headers=bearer(keyed.keys["bob"])
+        )
+        assert hidden.status_code == 404
+        assert hidden.json()["error"]["code"] == "model_not_found"
 
 
 async def test_the_openai_sdk_with_a_good_key_a_bad_key_and_a_forbidden_alias(

@@ -17,6 +17,7 @@ from tests.e2e.harness import (
     running_sim,
     script,
 )
+from trio_gateway.app import ROUTES
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:
@@ -91,6 +92,11 @@ async def test_unknown_route_and_wrong_method() -> None:
             missing = await client.get(gateway.base_url + "/v2/nothing")
             wrong = await client.get(gateway.base_url + "/v1/chat/completions")
     assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
+    # The hint lists every route, those of ROUTES included.
+    for route, methods in ROUTES.items():
+        assert f"{methods[0]} {route}" in error_of(missing)["message"]
+    assert "GET /v1/models/{id}" in error_of(missing)["message"]
+    assert "/v1/ws" in error_of(missing)["message"]
     assert wrong.status_code == 405 and error_of(wrong)["code"] == "method_not_allowed"
 
 

@@ -81,6 +81,18 @@ async def test_async_sdk_errors_are_typed(stack: Stack) -> None:
     await client.close()
 
 
+async def test_models_list_and_retrieve(stack: Stack) -> None:
+    client = AsyncOpenAI(base_url=stack.v1, api_key="unused", max_retries=0)
+    listed = [model.id async for model in client.models.list()]
+    assert "agent-lite" in listed
+    model = await client.models.retrieve("agent-lite")
+    assert (model.id, model.object, model.owned_by) == ("agent-lite", "model", "trio-gateway")
+    with pytest.raises(openai.NotFoundError) as missing:
+        await client.models.retrieve("nope")
+    assert missing.value.code == "model_not_found"
+    await client.close()
+
+
 async def test_async_sdk_mid_stream_error_raises(stack: Stack) -> None:
     client = AsyncOpenAI(base_url=stack.v1, api_key="unused", max_retries=0)
     stream = await client.chat.completions.create(
