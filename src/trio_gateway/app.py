@@ -9,6 +9,8 @@ from functools import partial
 
 import trio
 
+from trio_gateway.access import RequestContext, log_access, request_context
+from trio_gateway.access import current as current_request
 from trio_gateway.auth import ApiKey, KeyStore
 from trio_gateway.config import GatewayConfig
 from trio_gateway.errors import (
@@ -21,12 +23,21 @@ from trio_gateway.errors import (
 from trio_gateway.fronts.auth import http_key
 from trio_gateway.fronts.chat import handle_chat
 from trio_gateway.fronts.events_sse import handle_events
-from trio_gateway.fronts.http import ClientGone, Receive, Scope, Send, send_error, send_json
+from trio_gateway.fronts.http import (
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    header,
+    send_error,
+    send_json,
+)
 from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.listen import Connections
 from trio_gateway.metrics import CONTENT_TYPE
 from trio_gateway.pipeline import Router
-from trio_gateway.usage import refused_record
+from trio_gateway.tracing import clean_request_id, trace_for
+from trio_gateway.usage import UsageRecord, refused_record
 
 log = logging.getLogger("trio_gateway")
 
@@ -39,6 +50,8 @@ ROUTES = {
     "/metrics": ("GET",),
 }
 MODEL_PREFIX = "/v1/models/"
+# An unknown path is logged, but not at any length.
+MAX_LOGGED_PATH_CHARS = 200
 # Every route, for the 404's hint (a test checks it against ROUTES).
 ROUTE_LIST = (
     "POST /v1/chat/completions, POST /v1/events, GET /v1/models, GET /v1/models/{id}, "
@@ -93,9 +106,30 @@ class GatewayApp:
                 return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Names the request (the client's x-request-id and trace, or new ones), serves it, and
+        writes its access line when it ends, however it ends."""
+        started = trio.current_time()
+        context = RequestContext(
+            request_id=clean_request_id(_text_header(scope, b"x-request-id")) or new_request_id(),
+            route=f"{scope['method']} {scope['path'][:MAX_LOGGED_PATH_CHARS]}",
+            trace=trace_for(
+                _text_header(scope, b"traceparent"), _text_header(scope, b"tracestate")
+            ),
+        )
+        with request_context(context):
+            try:
+                await self._serve_http(scope, receive, send, context.request_id)
+            finally:
+                log_access(context, trio.current_time() - started)
+                self.router.metrics.http_requests.labels(
+                    _route_label(scope["path"]), str(context.status or 0)
+                ).inc()
+
+    async def _serve_http(
+        self, scope: Scope, receive: Receive, send: Send, request_id: str
+    ) -> None:
         path = scope["path"]
         method = scope["method"]
-        request_id = new_request_id()
         started_wall, started = time.time(), trio.current_time()
         self.open_requests += 1
         key: ApiKey | None = None
@@ -165,17 +199,17 @@ class GatewayApp:
         """A metered request that ended before the relay (which records the others)."""
         if scope["path"].rstrip("/") not in METERED_ROUTES:
             return
-        self.router.usage.offer(
-            refused_record(
-                request_id=request_id,
-                key=key.name if key is not None else None,
-                alias=None,
-                error_code=code,
-                started_at=started_wall,
-                duration_s=trio.current_time() - started,
-                cancelled=cancelled,
-            )
+        record = refused_record(
+            request_id=request_id,
+            key=key.name if key is not None else None,
+            alias=None,
+            error_code=code,
+            started_at=started_wall,
+            duration_s=trio.current_time() - started,
+            cancelled=cancelled,
         )
+        self.router.usage.offer(record)
+        count_refused(self.router, record)
 
     async def _readyz(self, send: Send) -> None:
         """Ready when every alias has a provider that is healthy or still starting."""
@@ -232,6 +266,29 @@ class GatewayApp:
                 if key is None or key.allows(name)
             ],
         }
+
+
+def _route_label(path: str) -> str:
+    """A bounded label: a route of ROUTES, the model route, or 'other' (never a client's path)."""
+    route = path.rstrip("/") or "/"
+    if route in ROUTES:
+        return route
+    if route.startswith(MODEL_PREFIX):
+        return "/v1/models/{id}"
+    return "other"
+
+
+def count_refused(router: Router, record: UsageRecord) -> None:
+    """A chat request refused (or left) before routing: in gateway_requests_total too, under
+    no alias, since an alias the config does not know must never become a label value."""
+    router.metrics.requests.labels("", "", record.outcome, record.error_code or "").inc()
+    if (context := current_request()) is not None:
+        context.record(record)
+
+
+def _text_header(scope: Scope, name: bytes) -> str | None:
+    value = header(scope, name)
+    return None if value is None else value.decode("latin-1")
 
 
 def open_keys(config: GatewayConfig) -> KeyStore | None:

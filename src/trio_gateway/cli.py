@@ -13,6 +13,7 @@ from pathlib import Path
 import trio
 
 from trio_gateway import __version__
+from trio_gateway.access import configure_logging
 from trio_gateway.cli_keys import keys_main
 from trio_gateway.cli_usage import usage_main
 from trio_gateway.config import DEFAULT_CONFIG_NAME, ConfigError, GatewayConfig, load_config
@@ -39,6 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--log-level", default="info", type=str.lower, choices=LOG_LEVELS, help="default: info"
+    )
+    serve.add_argument(
+        "--log-format",
+        default="text",
+        choices=("text", "json"),
+        help="text lines, or JSON lines for log shippers (default: text)",
     )
     check = commands.add_parser("check", help="validate a config file without serving")
     check.add_argument("file", nargs="?", default=DEFAULT_CONFIG_NAME)
@@ -137,11 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.file}: ok ({len(config.aliases)} aliases, {len(config.providers())} providers)"
         )
         return 0
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    # One line per upstream request is noise at INFO; the gateway logs what matters.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging(args.log_level, args.log_format)
     config = _load(args.config, args.listen)
     if config is None:
         return EXIT_CONFIG

@@ -86,6 +86,12 @@ class Metrics:
             ["alias", "provider", "outcome", "code"],
             registry=registry,
         )
+        self.http_requests = Counter(
+            "gateway_http_requests",
+            "Every HTTP request, by route (a known route, or 'other') and status",
+            ["route", "status"],
+            registry=registry,
+        )
         self.spills = Counter(
             "gateway_spills",
             "Requests moved to another provider because one was saturated",

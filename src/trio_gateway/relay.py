@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
+from trio_gateway.access import current as current_request
 from trio_gateway.drain import SHUTDOWN
 from trio_gateway.errors import GatewayError, InternalError, ShuttingDown
 from trio_gateway.events import Event, ResponseStarted, Usage
@@ -75,23 +76,24 @@ def record(
     metrics = plan.router.metrics
     provider = outcome.provider or (outcome.error.provider if outcome.error else None) or ""
     now = trio.current_time()
-    plan.router.usage.offer(
-        usage_record(
-            request_id=request_id,
-            key=getattr(request, "key_name", None),
-            alias=plan.alias,
-            provider=provider or None,
-            cancelled=outcome.cancelled,
-            error_code=outcome.error.code if outcome.error is not None else None,
-            emitted=outcome.first_event_at is not None,
-            usage=outcome.usage,
-            partial=outcome.meter.partial,
-            messages=request.body.get("messages") if request is not None else None,
-            ttft_s=None if outcome.first_event_at is None else outcome.first_event_at - started_at,
-            duration_s=now - started_at,
-            started_at=time.time() if started_wall is None else started_wall,
-        )
+    usage_rec = usage_record(
+        request_id=request_id,
+        key=getattr(request, "key_name", None),
+        alias=plan.alias,
+        provider=provider or None,
+        cancelled=outcome.cancelled,
+        error_code=outcome.error.code if outcome.error is not None else None,
+        emitted=outcome.first_event_at is not None,
+        usage=outcome.usage,
+        partial=outcome.meter.partial,
+        messages=request.body.get("messages") if request is not None else None,
+        ttft_s=None if outcome.first_event_at is None else outcome.first_event_at - started_at,
+        duration_s=now - started_at,
+        started_at=time.time() if started_wall is None else started_wall,
     )
+    plan.router.usage.offer(usage_rec)
+    if (context := current_request()) is not None:
+        context.record(usage_rec)
     if outcome.cancelled is not None:
         result, code = "cancelled", outcome.cancelled
         metrics.cancellations.labels(outcome.cancelled).inc()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -187,7 +188,16 @@ def test_listen_overrides_the_config(tmp_path: Path) -> None:
     config, config_port = default_config_on_free_ports(tmp_path)
     port = free_port()
     proc = subprocess.Popen(
-        [*CLI, "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"],
+        [
+            *CLI,
+            "serve",
+            "--config",
+            str(config),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--log-format",
+            "json",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -197,10 +207,22 @@ def test_listen_overrides_the_config(tmp_path: Path) -> None:
         wait_ready(port, proc)
         with pytest.raises(httpx.TransportError):
             httpx.get(f"http://127.0.0.1:{config_port}/readyz", timeout=1)
+        models = httpx.get(
+            f"http://127.0.0.1:{port}/v1/models", headers={"x-request-id": "cli-1"}, timeout=5
+        )
+        assert models.status_code == 200
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)
-    assert f"serving on http://127.0.0.1:{port}" in err
+    # --log-format json: every line is one JSON object, for log shippers.
+    lines = [json.loads(line) for line in err.splitlines()]
+    assert any(f"serving on http://127.0.0.1:{port}" in line.get("message", "") for line in lines)
+    (access,) = [line for line in lines if line["logger"] == "trio_gateway.access"]
+    assert (access["request_id"], access["route"], access["status"]) == (
+        "cli-1",
+        "GET /v1/models",
+        200,
+    )
 
 
 def test_listen_elsewhere_than_loopback_needs_auth(tmp_path: Path) -> None:

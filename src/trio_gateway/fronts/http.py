@@ -8,6 +8,7 @@ from typing import Any
 
 import trio
 
+from trio_gateway.access import current as current_request
 from trio_gateway.errors import BodyTooLarge, GatewayError, InternalError
 from trio_gateway.fronts.openai_chunks import dumps
 from trio_gateway.relay import Item
@@ -49,6 +50,18 @@ async def read_body(receive: Receive, limit: int) -> bytes:
             return b"".join(parts)
 
 
+def _started(status: int, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Once per response: the access line learns its status, and the request id is echoed on
+    every answer (a front that names it already is left alone)."""
+    context = current_request()
+    if context is None:
+        return headers
+    context.status = status
+    if any(name == b"x-request-id" for name, _ in headers):
+        return headers
+    return [*headers, (b"x-request-id", context.request_id.encode())]
+
+
 async def send_json(
     send: Send,
     status: int,
@@ -60,8 +73,10 @@ async def send_json(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [*JSON_HEADERS, (b"content-length", str(len(payload)).encode())]
-            + (headers or []),
+            "headers": _started(
+                status,
+                [*JSON_HEADERS, (b"content-length", str(len(payload)).encode()), *(headers or [])],
+            ),
         }
     )
     await send({"type": "http.response.body", "body": payload, "more_body": False})
@@ -106,7 +121,7 @@ async def stream_sse(
         {
             "type": "http.response.start",
             "status": 200,
-            "headers": [*SSE_HEADERS, *(extra_sse_headers or []), *headers],
+            "headers": _started(200, [*SSE_HEADERS, *(extra_sse_headers or []), *headers]),
         }
     )
     pending = [render(first)]

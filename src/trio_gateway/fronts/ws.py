@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 import trio
 
+from trio_gateway.access import RequestContext, log_access, request_context
 from trio_gateway.auth import ApiKey, KeyStore
 from trio_gateway.config import ServerConfig, WebSocketConfig
 from trio_gateway.drain import SHUTDOWN
@@ -62,11 +63,14 @@ from trio_gateway.fronts.openai_chunks import dumps as json_bytes
 from trio_gateway.pipeline import Plan, Router
 from trio_gateway.relay import CLIENT_GONE, CLIENT_STALL, DropConnection, Item, Outcome, relay
 from trio_gateway.request import ChatRequest, validate_chat_body
+from trio_gateway.tracing import new_trace
 from trio_gateway.usage import refused_record
 
 log = logging.getLogger("trio_gateway")
 
 WS_CANCEL = "ws_cancel"
+# How a WebSocket request appears in the access log.
+WS_ROUTE = "WS /v1/ws"
 
 
 @attrs.frozen(kw_only=True)
@@ -426,9 +430,17 @@ class _Socket:
     def _refused(self, request_id: str, code: str) -> None:
         """A request refused before its relay began (which records the others)."""
         record = refused_record(
-            request_id=request_id, key=None, alias=None, error_code=code, started_at=time.time()
+            request_id=request_id,
+            key=None if self._key is None else self._key.name,
+            alias=None,
+            error_code=code,
+            started_at=time.time(),
         )
         self._front.router.usage.offer(record)
+        self._front.router.metrics.requests.labels("", "", record.outcome, code).inc()
+        context = RequestContext(request_id=request_id, route=WS_ROUTE, trace=new_trace())
+        context.record(record)
+        log_access(context, 0.0)
 
     async def _serve_request(self, entry: _Request, request: ChatRequest, plan: Plan) -> None:
         server = self._front.server
@@ -450,20 +462,24 @@ class _Socket:
 
         self._front._requests_in_flight += 1
         outcome: Outcome | None = None
+        context = RequestContext(request_id=entry.request_id, route=WS_ROUTE, trace=new_trace())
+        started = trio.current_time()
         try:
-            outcome = await relay(
-                request,
-                plan,
-                buffer_events=server.stream_buffer_events,
-                client_stall_timeout_s=server.client_stall_timeout_s,
-                consume=consume,
-                watch=entry.watch,
-                request_id=entry.request_id,
-            )
+            with request_context(context):
+                outcome = await relay(
+                    request,
+                    plan,
+                    buffer_events=server.stream_buffer_events,
+                    client_stall_timeout_s=server.client_stall_timeout_s,
+                    consume=consume,
+                    watch=entry.watch,
+                    request_id=entry.request_id,
+                )
         except Exception:
             log.exception("websocket request %s failed", entry.request_id)
         finally:
             self._front._requests_in_flight -= 1
+            log_access(context, trio.current_time() - started)
         if entry.finished:
             return
         finish()

@@ -17,6 +17,7 @@ import attrs
 import httpx
 import trio
 
+from trio_gateway.access import current as current_request
 from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.events import Event
@@ -134,6 +135,11 @@ class Upstream:
         first_deadline = trio.current_time() + config.first_token_timeout_s
         secret: str | None = None
         headers = dict(call.headers)
+        if (context := current_request()) is not None:
+            # Each attempt is a span of the request's trace: vLLM (--otlp-traces-endpoint) joins
+            # its own spans to it, and takes the id into its logs (--enable-request-id-headers).
+            headers.update(context.trace.child().headers())
+            headers["x-request-id"] = context.request_id
         try:
             with trio.fail_at(first_deadline):
                 if self._credential is not None:
