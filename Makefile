@@ -33,7 +33,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+# The status page is tested in a real headless browser: Debian's chromium.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+$(CHROMIUM):
+	$(SUDO) apt-get install -y -q --no-install-recommends chromium \
+	  || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends chromium)
+
+unit: $(STAMP) $(CHROMIUM)
 	$(BIN)/pytest -q -m "not vllm"
 
 test: lint typecheck unit

@@ -29,6 +29,7 @@ from trio_gateway.fronts.http import (
     Scope,
     Send,
     header,
+    send_bytes,
     send_error,
     send_json,
 )
@@ -36,6 +37,7 @@ from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.listen import Connections
 from trio_gateway.metrics import CONTENT_TYPE
 from trio_gateway.pipeline import Router
+from trio_gateway.status import PAGE, status_document
 from trio_gateway.tracing import clean_request_id, trace_for
 from trio_gateway.usage import UsageRecord, refused_record
 
@@ -48,6 +50,9 @@ ROUTES = {
     "/healthz": ("GET",),
     "/readyz": ("GET",),
     "/metrics": ("GET",),
+    "/": ("GET",),
+    "/status": ("GET",),
+    "/status.json": ("GET",),
 }
 MODEL_PREFIX = "/v1/models/"
 # An unknown path is logged, but not at any length.
@@ -55,7 +60,8 @@ MAX_LOGGED_PATH_CHARS = 200
 # Every route, for the 404's hint (a test checks it against ROUTES).
 ROUTE_LIST = (
     "POST /v1/chat/completions, POST /v1/events, GET /v1/models, GET /v1/models/{id}, "
-    "GET /v1/ws (WebSocket), GET /healthz, GET /readyz, GET /metrics"
+    "GET /v1/ws (WebSocket), GET /healthz, GET /readyz, GET /metrics, GET / (status page), "
+    "GET /status, GET /status.json"
 )
 # Paths that need an API key when the gateway has keys; the probes and metrics never do.
 KEYED_PATHS = frozenset({"/v1/chat/completions", "/v1/events", "/v1/models"})
@@ -165,6 +171,10 @@ class GatewayApp:
                 await self._readyz(send)
             elif path == "/metrics":
                 await self._metrics(send)
+            elif path in ("/", "/status"):
+                await send_bytes(send, 200, PAGE, b"text/html; charset=utf-8")
+            elif path == "/status.json":
+                await send_json(send, 200, self._status())
             else:
                 raise AssertionError(f"route {path} has no handler")
         except ClientGone:
@@ -232,6 +242,20 @@ class GatewayApp:
             },
         }
         await send_json(send, 503 if not_ready or draining else 200, body)
+
+    def _status(self) -> dict[str, object]:
+        router = self.router
+        return status_document(
+            aliases={
+                alias: [p.name for p in config.providers]
+                for alias, config in self.config.aliases.items()
+            },
+            gauges=router.gauges(),
+            recent=router.recent,
+            now=trio.current_time(),
+            ready=all(router.ready().values()),
+            draining=router.drain.stopping,
+        )
 
     async def _metrics(self, send: Send) -> None:
         payload = self.router.metrics.render()

@@ -34,6 +34,7 @@ from trio_gateway.metrics import Metrics, ProviderGauges
 from trio_gateway.providers.upstream import Emit, Upstream
 from trio_gateway.request import ChatRequest
 from trio_gateway.routing import eligible_providers, order_by_health, resolve_alias
+from trio_gateway.status import RecentStats
 from trio_gateway.usage import NULL_SINK, UsageMeter, UsageSink
 
 # Without a Retry-After, a provider that said 429/529 rests this long.
@@ -72,6 +73,8 @@ class Router:
             name: ProviderHealth(upstream.config, now=now) for name, upstream in upstreams.items()
         }
         self.metrics = Metrics(self.gauges)
+        # The status page's last minutes (status.py): fed once per request and per spill.
+        self.recent = RecentStats(upstreams)
         # Where every request's usage record goes (server.py sets the configured ledger).
         self.usage: UsageSink = NULL_SINK
         self.drain = Drain()
@@ -197,8 +200,11 @@ class Router:
         for upstream in order:
             if previous is not None:
                 # Saturation moves a request (a spill); a failure moves an attempt (failover).
-                moves = self.metrics.spills if isinstance(failures[-1], Overloaded) else None
-                moves = moves or self.metrics.failovers
+                if isinstance(failures[-1], Overloaded):
+                    moves = self.metrics.spills
+                    self.recent.spill(previous.name, trio.current_time())
+                else:
+                    moves = self.metrics.failovers
                 moves.labels(plan.alias, previous.name, upstream.name).inc()
             previous = upstream
             if upstream is not pre_admitted and not await _acquire(upstream, borrower):

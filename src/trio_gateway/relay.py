@@ -102,6 +102,8 @@ def record(
     else:
         result, code = "ok", ""
     metrics.requests.labels(plan.alias, provider, result, code).inc()
+    ttft_s = None if outcome.first_event_at is None else outcome.first_event_at - started_at
+    plan.router.recent.request(provider, now, error=result == "error", ttft_s=ttft_s)
     if outcome.first_event_at is not None:
         metrics.ttft.labels(plan.alias, provider).observe(outcome.first_event_at - started_at)
     metrics.duration.labels(plan.alias, provider).observe(now - started_at)

@@ -137,6 +137,31 @@ async def test_two_requests_share_a_socket_and_one_is_cancelled_alone(stack: Sta
     assert cancellations(stack, "client_gone") == 0
 
 
+async def test_a_cancel_followed_at_once_by_a_close_counts_as_a_cancel(stack: Stack) -> None:
+    transcript = Transcript()
+    with trio.fail_after(TIMEOUT_S):
+        async with trio_websocket.open_websocket_url(ws_url(stack)) as ws:
+            await send(ws, request("long", LONG))
+            await send(ws, request("other", LONG))
+            await transcript.read_until(
+                ws,
+                lambda: (
+                    "text.delta" in transcript.types("long")
+                    and "text.delta" in transcript.types("other")
+                ),
+            )
+            # The close frame follows the cancel in the same breath: the client asked for the
+            # cancel, so that is what it is, not a disconnect. The other request was cut by
+            # the close: that one is a disconnect.
+            await send(ws, {"type": "cancel", "id": "long"})
+    await wait_for_abort(stack.sim, aborts=2)
+    await wait_until(
+        lambda: cancellations(stack, "ws_cancel") + cancellations(stack, "client_gone") == 2
+    )
+    assert cancellations(stack, "ws_cancel") == 1
+    assert cancellations(stack, "client_gone") == 1
+
+
 async def test_closing_the_socket_aborts_every_upstream_on_it(stack: Stack) -> None:
     ids = ["a", "b", "c"]
     transcript = Transcript()

@@ -82,6 +82,14 @@ async def send_json(
     await send({"type": "http.response.body", "body": payload, "more_body": False})
 
 
+async def send_bytes(send: Send, status: int, body: bytes, content_type: bytes) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    await send(
+        {"type": "http.response.start", "status": status, "headers": _started(status, headers)}
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
 async def send_error(
     send: Send, error: GatewayError, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
