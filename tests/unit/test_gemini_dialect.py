@@ -163,7 +163,7 @@ def test_url_with_a_base_url_and_a_models_prefix() -> None:
 
 MESSAGE_CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = [
     (
-        "system and developer anywhere → systemInstruction, in order",
+        "system and developer anywhere -> systemInstruction, in order",
         [
             {"role": "system", "content": "be brief"},
             USER,
@@ -175,7 +175,7 @@ MESSAGE_CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = [
         },
     ),
     (
-        "assistant → model; consecutive users merged; empty text dropped; name dropped",
+        "assistant -> model; consecutive users merged; empty text dropped; name dropped",
         [
             {"role": "user", "content": "a", "name": "ann"},
             {
@@ -195,7 +195,7 @@ MESSAGE_CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = [
         },
     ),
     (
-        "images: data URL → inlineData, http(s) URL → fileData with a guessed type",
+        "images: data URL -> inlineData, http(s) URL -> fileData with a guessed type",
         [
             {
                 "role": "user",
@@ -235,7 +235,7 @@ MESSAGE_CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = [
         },
     ),
     (
-        "audio and PDF files → inlineData",
+        "audio and PDF files -> inlineData",
         [
             {
                 "role": "user",
@@ -258,7 +258,7 @@ MESSAGE_CASES: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = [
         },
     ),
     (
-        "tool calls → functionCall (signed for Gemini 3); results → functionResponse, merged",
+        "tool calls -> functionCall (signed for Gemini 3); results -> functionResponse, merged",
         [
             USER,
             {

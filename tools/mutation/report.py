@@ -54,6 +54,33 @@ def status(code: int | None) -> str:
     return KILLED.get(code) or SURVIVED.get(code) or f"suspicious (exit {code})"
 
 
+def module_of(name: str) -> str:
+    """``trio_gateway.sse.xǁSSEDecoderǁfeed__mutmut_7`` -> ``trio_gateway.sse``."""
+    return name.rsplit(".", 1)[0]
+
+
+def print_modules(results: dict[str, int | None], equivalent: dict[str, str]) -> None:
+    """One line per module: mutants, killed, equivalent, survived, no tests, not checked."""
+    rows: dict[str, Counter[str]] = {}
+    for name, code in results.items():
+        row = rows.setdefault(module_of(name), Counter())
+        row["mutants"] += 1
+        if code in KILLED:
+            row["killed"] += 1
+        elif code is None:
+            row["not checked"] += 1
+        elif name in equivalent:
+            row["equivalent"] += 1
+        elif code in (5, 33):
+            row["no tests"] += 1
+        else:
+            row["survived"] += 1
+    columns = ("mutants", "killed", "equivalent", "survived", "no tests", "not checked")
+    print(f"{'module':<40}" + "".join(f"{c:>12}" for c in columns))
+    for module in sorted(rows):
+        print(f"{module:<40}" + "".join(f"{rows[module][c]:>12}" for c in columns))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=Path, default=ROOT / "mutants")
@@ -73,7 +100,12 @@ def main() -> int:
     )
     by_status = Counter(status(code) for code in results.values())
     killed = sum(1 for code in results.values() if code in KILLED)
-    listed = sum(1 for name in equivalent if name in results and results[name] not in KILLED)
+    # A listed mutant counts as equivalent once checked (a run cut short leaves some unchecked).
+    listed = sum(
+        1
+        for name in equivalent
+        if name in results and results[name] is not None and results[name] not in KILLED
+    )
     total = len(results)
     survivors = sorted(
         name for name, code in results.items() if code not in KILLED and name not in equivalent
@@ -81,6 +113,7 @@ def main() -> int:
 
     for name in survivors:
         print(f"  {status(results[name]):<12} {name}")
+    print_modules(results, equivalent)
     score = 100.0 * killed / (total - listed) if total > listed else 100.0
     detail = ", ".join(f"{count} {name}" for name, count in sorted(by_status.items()))
     print(f"mutants: {total} ({detail})")
@@ -88,6 +121,13 @@ def main() -> int:
         f"killed {killed}, not killed {total - killed - listed}, equivalent {listed}: "
         f"score {killed}/{total - listed} = {score:.1f} %"
     )
+    unchecked = sum(1 for code in results.values() if code is None)
+    if unchecked:
+        checked = total - unchecked - listed
+        print(
+            f"{unchecked} not checked (a run cut short); of the checked ones: "
+            f"{killed}/{checked} = {100.0 * killed / max(checked, 1):.1f} %"
+        )
     ok = score >= args.min_score
     for name in stale:
         print(f"equivalent.txt names {name}, which the last run did not produce", file=sys.stderr)
