@@ -21,6 +21,7 @@ import tomli
 from cattrs.errors import ForbiddenExtraKeysError
 
 from trio_gateway.auth import KeysFileError, load_keys
+from trio_gateway.redis_url import parse_redis_url
 from trio_gateway.sim.config import SimConfig
 
 DEFAULT_CONFIG_NAME = "gateway.toml"
@@ -43,6 +44,8 @@ DEFAULT_BASE_URLS = {
     "vertex": "https://{location}-aiplatform.googleapis.com",
 }
 OnSaturated = Literal["spill", "queue"]
+OnRedisError = Literal["fail_open", "fail_closed"]
+UsageSinkKind = Literal["sqlite", "redis_stream", "none"]
 
 
 @attrs.frozen
@@ -121,6 +124,10 @@ class ProviderConfig:
     unhealthy_after: int = 3
     healthy_after: int = 2
     startup_grace_s: float = 600.0
+    # Per million tokens, in the unit of the keys' budgets (docs/accounting.md#budgets).
+    price_input_per_mtok: float = 0.0
+    price_cached_input_per_mtok: float = 0.0
+    price_output_per_mtok: float = 0.0
 
     @property
     def endpoint(self) -> str:
@@ -158,10 +165,35 @@ class UsageConfig:
     # Unset: trio-gateway-usage.sqlite3 next to the config file (in memory for a config that
     # was not read from a file).
     ledger: str | None = None
+    # Where records go: the SQLite ledger (default), a Redis Stream (needs [redis]), or nowhere.
+    sink: UsageSinkKind = "sqlite"
+    # redis_stream: the stream's name and its approximate length cap (XADD MAXLEN ~).
+    stream: str = "trio-gateway:usage"
+    stream_maxlen: int = 1_000_000
     # Records waiting to be written; past this, records are dropped (and counted), never waited on.
     queue_size: int = 10000
     batch_max: int = 500
     flush_interval_s: float = 1.0
+
+
+@attrs.frozen(kw_only=True)
+class RedisConfig:
+    """``[redis]``: where budgets, holds and rate limits are shared between replicas."""
+
+    url: str
+    # Every Redis call's deadline: a request never waits on Redis longer than this.
+    timeout_s: float = 0.25
+    # What a request meets when Redis does not answer in time: served unlimited, or 503.
+    on_error: OnRedisError = "fail_open"
+    key_prefix: str = "tgw:"
+
+
+@attrs.frozen(kw_only=True)
+class LimitsConfig:
+    """``[limits]``: budget holds (docs/accounting.md#budgets)."""
+
+    # A hold not settled by then (its replica died) stops counting against the budget.
+    hold_ttl_s: float = 900.0
 
 
 @attrs.frozen(kw_only=True)
@@ -172,6 +204,8 @@ class GatewayConfig:
     aliases: dict[str, AliasConfig]
     simulators: dict[str, SimulatorConfig] = attrs.field(factory=dict)
     usage: UsageConfig = UsageConfig()
+    redis: RedisConfig | None = None
+    limits: LimitsConfig = LimitsConfig()
     # Not read from TOML: filled in by load, from the environment.
     api_keys: dict[str, Secret] = attrs.field(factory=dict)
     source: str = "<config>"
@@ -244,6 +278,12 @@ def _make_converter() -> cattrs.Converter:
     )
     converter.register_structure_hook_func(
         lambda t: t == OnSaturated, _literal_hook(("spill", "queue"), "policy")
+    )
+    converter.register_structure_hook_func(
+        lambda t: t == OnRedisError, _literal_hook(("fail_open", "fail_closed"), "policy")
+    )
+    converter.register_structure_hook_func(
+        lambda t: t == UsageSinkKind, _literal_hook(("sqlite", "redis_stream", "none"), "sink")
     )
 
     def tuple_of_str(value: object, _: type) -> tuple[str, ...]:
@@ -487,6 +527,24 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
             problems.append(f"usage.{key}: must be at least 1")
     if config.usage.flush_interval_s <= 0:
         problems.append("usage.flush_interval_s: must be greater than 0")
+    for p in config.providers().values():
+        prices = ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok")
+        for price in prices:
+            if getattr(p, price) < 0:
+                problems.append(f"providers.{p.name}.{price}: must be at least 0")
+    if config.redis is not None:
+        try:
+            parse_redis_url(config.redis.url)
+        except ValueError as exc:
+            problems.append(f"redis.url: {exc}")
+        if config.redis.timeout_s <= 0:
+            problems.append("redis.timeout_s: must be greater than 0")
+    if config.limits.hold_ttl_s <= 0:
+        problems.append("limits.hold_ttl_s: must be greater than 0")
+    if config.usage.sink == "redis_stream" and config.redis is None:
+        problems.append('usage.sink: "redis_stream" needs a [redis] table')
+    if config.usage.stream_maxlen < 1:
+        problems.append("usage.stream_maxlen: must be at least 1")
     if config.usage.ledger == "":
         problems.append('usage.ledger: a file path, or "none"')
     return problems

@@ -19,6 +19,8 @@ occur, never further in.
     │   ├── MethodNotAllowed            405 method_not_allowed
     │   ├── Unauthorized                401 invalid_api_key (WWW-Authenticate: Bearer)
     │   ├── Forbidden                   403 alias_not_allowed
+    │   ├── BudgetExceeded              402 budget_exceeded (the key's budget cannot cover it)
+    │   ├── RateLimited                 429 rate_limited (the key's rpm/tpm; Retry-After)
     │   └── MessageRefused              a WebSocket message refused; the socket stays open
     │       ├── InvalidMessage          invalid_message
     │       ├── UnknownMessageType      unknown_type
@@ -37,6 +39,7 @@ occur, never further in.
     ├── AllProvidersFailed              503 upstream_unavailable
     ├── Overloaded                      503 overloaded
     ├── ShuttingDown                    503 shutting_down
+    ├── LimitsUnavailable               503 limits_unavailable (Redis down, fail_closed)
     └── InternalError                   500 internal_error
 """
 
@@ -156,6 +159,43 @@ class Forbidden(RequestError):
 
     code = "alias_not_allowed"
     status = 403
+
+
+class KeyLimitError(RequestError):
+    """A refusal by one of the key's own limits: nothing was sent upstream. Carries the key's
+    ``x-ratelimit-*`` headers, as every answer to a rate-limited key does."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_s: float | None = None,
+        rate_headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+        self.rate_headers = rate_headers or []
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [*super().headers(), *self.rate_headers]
+
+
+class BudgetExceeded(KeyLimitError):
+    """The key's budget, less what it spent and what its running requests hold, cannot cover
+    this request's estimate (its prompt and max_tokens at the alias's highest prices)."""
+
+    code = "budget_exceeded"
+    status = 402
+    openai_type = "insufficient_quota"
+
+
+class RateLimited(KeyLimitError):
+    """The key is over its requests/min or tokens/min (the gateway's own limit, not a
+    provider's)."""
+
+    code = "rate_limited"
+    status = 429
+    openai_type = "rate_limit_error"
+    retryable = True
 
 
 class MessageRefused(RequestError):
@@ -285,6 +325,15 @@ class ShuttingDown(GatewayError):
     """The gateway is stopping: the answer was cut at the end of the drain, or never began."""
 
     code = "shutting_down"
+    status = 503
+    retryable = True
+
+
+class LimitsUnavailable(GatewayError):
+    """Budgets and rate limits live in Redis, Redis did not answer in time, and
+    ``[redis] on_error = "fail_closed"``."""
+
+    code = "limits_unavailable"
     status = 503
     retryable = True
 

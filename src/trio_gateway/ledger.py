@@ -87,7 +87,7 @@ def ledger_path(config: GatewayConfig) -> str | None:
     config was not read from a file. A relative path is read from the config file's directory.
     """
     ledger = config.usage.ledger
-    if ledger == LEDGER_NONE:
+    if ledger == LEDGER_NONE or config.usage.sink != "sqlite":
         return None
     if ledger == LEDGER_MEMORY:
         return LEDGER_MEMORY
@@ -144,12 +144,12 @@ class LedgerStats:
     dropped_write_failed: int
 
 
-class SQLiteLedger:
+class QueuedSink:
     """A :class:`~trio_gateway.usage.UsageSink`: records are queued without waiting and
-    written by :func:`serve_ledger`."""
+    written in batches by a service task (:func:`serve_ledger`, or
+    ``usage_stream.serve_usage_stream``)."""
 
-    def __init__(self, path: str, config: UsageConfig) -> None:
-        self.path = path
+    def __init__(self, config: UsageConfig) -> None:
         self.batch_max = config.batch_max
         self.flush_interval_s = config.flush_interval_s
         self._send, self._receive = trio.open_memory_channel[UsageRecord](config.queue_size)
@@ -215,8 +215,16 @@ class SQLiteLedger:
                 return
 
 
+class SQLiteLedger(QueuedSink):
+    """The queue, written to SQLite by :func:`serve_ledger`."""
+
+    def __init__(self, path: str, config: UsageConfig) -> None:
+        super().__init__(config)
+        self.path = path
+
+
 class _DroppedCollector(Collector):
-    def __init__(self, ledger: SQLiteLedger) -> None:
+    def __init__(self, ledger: QueuedSink) -> None:
         self._ledger = ledger
 
     def collect(self) -> Iterator[Metric]:
@@ -256,6 +264,16 @@ async def serve_ledger(
 @asynccontextmanager
 async def open_usage_sink(config: GatewayConfig) -> AsyncIterator[UsageSink]:
     """The sink ``config`` chooses, its service running; on exit, the queue is written out."""
+    if config.usage.sink == "none":
+        yield NULL_SINK
+        return
+    if config.usage.sink == "redis_stream":
+        # Imported here: the stream sink is the only user of the Redis client in this module.
+        from trio_gateway.usage_stream import open_usage_stream
+
+        async with open_usage_stream(config) as stream:
+            yield stream
+        return
     path = ledger_path(config)
     if path is None:
         yield NULL_SINK

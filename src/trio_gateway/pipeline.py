@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import attrs
 import trio
 
+from trio_gateway.accounting import Limits, local_limits
 from trio_gateway.config import AliasConfig
 from trio_gateway.drain import Drain
 from trio_gateway.errors import (
@@ -77,6 +78,8 @@ class Router:
         self.recent = RecentStats(upstreams)
         # Where every request's usage record goes (server.py sets the configured ledger).
         self.usage: UsageSink = NULL_SINK
+        # Budgets and rate limits of keyed requests (server.py sets Redis when configured).
+        self.limits: Limits = local_limits()
         self.drain = Drain()
         self._rng = rng or random.Random()
         self._queued = dict.fromkeys(aliases, 0)

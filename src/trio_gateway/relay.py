@@ -23,12 +23,13 @@ import attrs
 import trio
 
 from trio_gateway.access import current as current_request
+from trio_gateway.accounting import Admission
 from trio_gateway.drain import SHUTDOWN
 from trio_gateway.errors import GatewayError, InternalError, ShuttingDown
 from trio_gateway.events import Event, ResponseStarted, Usage
 from trio_gateway.pipeline import Plan
 from trio_gateway.request import ChatRequest
-from trio_gateway.usage import UsageMeter, usage_record
+from trio_gateway.usage import UsageMeter, UsageRecord, usage_record
 
 log = logging.getLogger("trio_gateway")
 
@@ -71,7 +72,7 @@ def record(
     request: ChatRequest | None = None,
     request_id: str = "",
     started_wall: float | None = None,
-) -> None:
+) -> UsageRecord:
     """One request's metrics and its one usage record, whichever front served it."""
     metrics = plan.router.metrics
     provider = outcome.provider or (outcome.error.provider if outcome.error else None) or ""
@@ -113,6 +114,7 @@ def record(
         metrics.tokens.labels(plan.alias, provider, "completion").inc(usage.completion_tokens)
         if usage.reasoning_tokens:
             metrics.tokens.labels(plan.alias, provider, "reasoning").inc(usage.reasoning_tokens)
+    return usage_rec
 
 
 async def relay(
@@ -125,10 +127,12 @@ async def relay(
     watch: Watch | None = None,
     drop_connection: DropConnection | None = None,
     request_id: str = "",
+    admission: Admission | None = None,
 ) -> Outcome:
     """``drop_connection`` is called when the client stalls past ``client_stall_timeout_s``:
     the consumer is then blocked writing to it, and only closing the connection unblocks it.
-    ``request_id`` names the request's usage record."""
+    ``request_id`` names the request's usage record; ``admission`` (a keyed request's budget
+    hold) is settled from that record, however the request ended."""
     outcome = Outcome()
     started_at = trio.current_time()
     started_wall = time.time()
@@ -148,7 +152,7 @@ async def relay(
         outcome.cancelled = outcome.cancelled or SHUTDOWN
         raise
     finally:
-        record(
+        usage_rec = record(
             plan,
             outcome,
             started_at,
@@ -156,6 +160,12 @@ async def relay(
             request_id=request_id,
             started_wall=started_wall,
         )
+        if admission is not None:
+            upstream = plan.router.upstreams.get(usage_rec.provider or "")
+            # Shielded inside, with a short deadline: a cancelled request is billed too.
+            await plan.router.limits.settle(
+                admission, usage_rec, upstream.config if upstream is not None else None
+            )
     return outcome
 
 

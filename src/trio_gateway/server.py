@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import random
 import socket
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
 from typing import cast
 
@@ -17,14 +17,17 @@ from hypercorn.config import Sockets
 from hypercorn.typing import Framework
 from hypercorn.utils import wrap_app
 
+from trio_gateway.accounting import open_limits
 from trio_gateway.app import GatewayApp
 from trio_gateway.config import GatewayConfig, parse_hostport
 from trio_gateway.health import probe_service
-from trio_gateway.ledger import SQLiteLedger, open_usage_sink
+from trio_gateway.ledger import QueuedSink, open_usage_sink
 from trio_gateway.listen import Connections, serve_asgi
 from trio_gateway.pipeline import Router
 from trio_gateway.providers.credentials import credential_source
 from trio_gateway.providers.upstream import Upstream
+from trio_gateway.redis_client import RedisClient, open_redis
+from trio_gateway.redis_url import parse_redis_url
 from trio_gateway.sim import SimHandle, serve_sim
 from trio_gateway.usage import UsageSink
 
@@ -103,6 +106,15 @@ def listening_sockets(
     return sockets
 
 
+@asynccontextmanager
+async def _maybe_redis(config: GatewayConfig) -> AsyncIterator[RedisClient | None]:
+    if config.redis is None:
+        yield None
+        return
+    async with open_redis(config.redis.url) as client:
+        yield client
+
+
 async def serve_gateway(
     config: GatewayConfig,
     *,
@@ -137,8 +149,14 @@ async def _serve_gateway(
     kernel_stall_drop: bool,
     task_status: trio.TaskStatus[GatewayHandle],
 ) -> None:
-    # The pools must outlive every task that uses them: the exit stack encloses the nursery.
-    async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
+    # The pools must outlive every task that uses them: the exit stack and Redis's client (its
+    # own task group, so it cannot be entered into the stack from inside the nursery) enclose
+    # the nursery.
+    async with (
+        AsyncExitStack() as stack,
+        _maybe_redis(config) as redis,
+        trio.open_nursery() as nursery,
+    ):
         simulators: dict[str, SimHandle] = {}
         for name, simulator in config.simulators.items():
             host, port = parse_hostport(simulator.listen)
@@ -154,7 +172,15 @@ async def _serve_gateway(
             upstreams[name] = Upstream(provider, credential, client)
         router = Router(config.aliases, upstreams, rng=rng)
         router.usage = usage
-        if isinstance(usage, SQLiteLedger):
+        # One Redis client for the gateway's life; it dials again by itself after any failure.
+        router.limits = open_limits(config, redis)
+        if config.redis is not None:
+            log.info(
+                "limits: budgets and rate limits in %s",
+                parse_redis_url(config.redis.url).display(),
+            )
+        router.metrics.registry.register(router.limits.collector())
+        if isinstance(usage, QueuedSink):
             router.metrics.registry.register(usage.collector())
         for name, upstream in upstreams.items():
             if upstream.config.probe:

@@ -52,9 +52,14 @@ async def handle_chat(
     body = await read_body(receive, server.max_body_bytes)
     request = authorize(parse_chat_request(body), key)
     plan = router.plan(request)
+    admission = await router.limits.admit(
+        key, request.body, tuple(u.config for u in plan.upstreams)
+    )
     completion_id = f"chatcmpl-{request_id}"
     created = int(time.time())
     extra_headers = [(b"x-request-id", request_id.encode())]
+    if admission is not None:
+        extra_headers += admission.headers
 
     answered = trio.Event()
 
@@ -86,6 +91,7 @@ async def handle_chat(
             watch=watch,
             drop_connection=drop_connection,
             request_id=request_id,
+            admission=admission,
         )
 
     accumulator = ResponseAccumulator(
@@ -115,4 +121,5 @@ async def handle_chat(
         watch=watch,
         drop_connection=drop_connection,
         request_id=request_id,
+        admission=admission,
     )

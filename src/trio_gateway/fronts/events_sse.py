@@ -35,8 +35,13 @@ async def handle_events(
     body = await read_body(receive, server.max_body_bytes)
     request = authorize(parse_chat_request(body), key)
     plan = router.plan(request)
+    admission = await router.limits.admit(
+        key, request.body, tuple(u.config for u in plan.upstreams)
+    )
     encoder = EventEncoder(request_id=request_id, alias=request.alias)
     extra_headers = [(b"x-request-id", request_id.encode())]
+    if admission is not None:
+        extra_headers += admission.headers
 
     # hypercorn reports a disconnect once the answer's last byte is out, too: not a cancel.
     answered = trio.Event()
@@ -75,4 +80,5 @@ async def handle_events(
         watch=watch,
         drop_connection=drop_connection,
         request_id=request_id,
+        admission=admission,
     )

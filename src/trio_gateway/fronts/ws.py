@@ -460,6 +460,16 @@ class _Socket:
                 if is_terminal(item):
                     finish()
 
+        try:
+            # Budgets and rate limits: awaited here, in the request's own task, not in dispatch.
+            admission = await self._front.router.limits.admit(
+                self._key, request.body, tuple(u.config for u in plan.upstreams)
+            )
+        except GatewayError as exc:
+            finish()
+            self._refused(entry.request_id, exc.code)
+            self._enqueue(encoder.encode(exc))
+            return
         self._front._requests_in_flight += 1
         outcome: Outcome | None = None
         context = RequestContext(request_id=entry.request_id, route=WS_ROUTE, trace=new_trace())
@@ -474,6 +484,7 @@ class _Socket:
                     consume=consume,
                     watch=entry.watch,
                     request_id=entry.request_id,
+                    admission=admission,
                 )
         except Exception:
             log.exception("websocket request %s failed", entry.request_id)

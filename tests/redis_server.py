@@ -1,0 +1,93 @@
+"""A real redis-server on a free port, for tests. A missing binary fails the test: never skips."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from trio_gateway.redis_client import RedisError, open_redis
+
+REDIS_BINARY = "redis-server"
+START_TIMEOUT_S = 10.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """One redis-server process; ``kill`` and ``start`` again on the same port."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    async def start(self) -> None:
+        binary = shutil.which(REDIS_BINARY)
+        if binary is None:
+            pytest.fail(
+                f"{REDIS_BINARY} is not installed (PATH has no {REDIS_BINARY}): these tests need "
+                "a real Redis; install it (apt-get install redis-server)"
+            )
+        self.process = subprocess.Popen(  # noqa: ASYNC220 - starts and returns at once
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        async with open_redis(self.url) as client:
+            with trio.fail_after(START_TIMEOUT_S):
+                while True:
+                    try:
+                        await client.ping()
+                        break
+                    except RedisError:
+                        await trio.sleep(0.02)
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)  # a paused one too
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+@asynccontextmanager
+async def running_redis() -> AsyncIterator[RedisServer]:
+    server = RedisServer(free_port())
+    await server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def pause(server: RedisServer) -> None:
+    """A Redis that accepts and never answers (SIGSTOP): the slow case."""
+    assert server.process is not None
+    server.process.send_signal(signal.SIGSTOP)
+
+
+def resume(server: RedisServer) -> None:
+    assert server.process is not None
+    server.process.send_signal(signal.SIGCONT)
