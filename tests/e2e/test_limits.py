@@ -126,18 +126,51 @@ async def test_rpm_refuses_with_429_and_headers(tmp_path: Path) -> None:
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
 
 
-async def test_rpm_holds_across_two_gateways_sharing_redis(tmp_path: Path) -> None:
+@asynccontextmanager
+async def gateway_process(tmp_path: Path, name: str, body: str) -> AsyncIterator[str]:
+    """A gateway in its own process (`trio-gateway serve`), serving ``body``; yields its base
+    URL once /healthz answers."""
+    port = free_port()
+    config = tmp_path / f"{name}.toml"
+    config.write_text(f'[server]\nlisten = "127.0.0.1:{port}"\n{body}')
+    process = await trio.lowlevel.open_process(
+        [*CLI, "serve", "--config", str(config)],
+        env={**os.environ, "SIM_KEY": "sim-key"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+            with trio.fail_after(TIMEOUT_S):
+                while True:
+                    try:
+                        if (await client.get(base + "/healthz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        await trio.sleep(0.05)
+        yield base
+    finally:
+        process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+
+
+async def test_rpm_holds_across_two_gateway_processes_sharing_redis(tmp_path: Path) -> None:
     keys_file, key = write_keys(tmp_path, "rpm = 3")
     async with running_redis() as redis, running_sim() as sim:
-        extra = redis_toml(redis)
-        async with (  # noqa: SIM117 - the gateways need `extra` first
-            gateway(sim.base_url, keys_file, extra) as a,
-            gateway(sim.base_url, keys_file, extra) as b,
+        body = (
+            f'[auth]\nkeys_file = "{keys_file}"\n{redis_toml(redis)}'
+            f"[aliases.agent-lite]\n{provider_toml('sim-a', sim.base_url, extra=PRICES)}"
+        )
+        async with (  # noqa: SIM117 - the gateways need `body` first
+            gateway_process(tmp_path, "a", body) as a,
+            gateway_process(tmp_path, "b", body) as b,
         ):
             async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
                 codes = [
-                    (await post(client, gw.base_url, key, max_tokens=5)).status_code
-                    for gw in (a, b, a, b, a)
+                    (await post(client, base, key, max_tokens=5)).status_code
+                    for base in (a, b, a, b, a)
                 ]
     assert codes == [200, 200, 200, 429, 429]
 
