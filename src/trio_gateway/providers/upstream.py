@@ -11,7 +11,7 @@ error text an upstream sends back.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import attrs
 import httpx
@@ -24,6 +24,7 @@ from trio_gateway.events import Event
 from trio_gateway.providers import dialect_for
 from trio_gateway.providers.dialect import Dialect, StreamParser
 from trio_gateway.providers.httpx_errors import map_httpx_errors, read_limited
+from trio_gateway.providers.read_timer import ReadTimer
 from trio_gateway.providers.translate import REDACTED, redact_credentials
 from trio_gateway.providers.vertex_auth import TokenSource
 from trio_gateway.request import ChatRequest
@@ -235,37 +236,25 @@ class Upstream:
         config = self.config
         decoder = SSEDecoder()
         chunks = response.aiter_bytes()
-        started = False
-        while True:
-            try:
-                if started:
-                    with trio.fail_after(config.idle_timeout_s):
-                        chunk = await chunks.__anext__()
-                else:
-                    with trio.fail_at(first_deadline):
-                        chunk = await chunks.__anext__()
-            except StopAsyncIteration:
-                break
-            except trio.TooSlowError:
-                if started:
-                    message = f"no data for {config.idle_timeout_s:g} s"
-                else:
-                    message = f"no first token within {config.first_token_timeout_s:g} s"
-                raise UpstreamTimeout(f"{self.name}: {message}", provider=self.name) from None
-            try:
-                sses = decoder.feed(chunk)
-            except SSEDecodeError as exc:
-                raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
-            for sse in sses:
-                if not sse.data:
-                    continue
-                for event in parser.feed(sse):
-                    started = True
-                    await emit(event)
-                if parser.done:
-                    break
-            if parser.done:
-                break
+        timer = ReadTimer(first_deadline=first_deadline, idle_s=config.idle_timeout_s)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(timer.watch)
+                with timer.scope:
+                    await self._read_events(chunks, decoder, parser, emit, timer)
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The watcher raises nothing of its own: a lone error is the reads', and callers
+            # (failover, the error answer) expect it as it is, not wrapped.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+        if timer.expired is not None:
+            if timer.expired == "idle":
+                message = f"no data for {config.idle_timeout_s:g} s"
+            else:
+                message = f"no first token within {config.first_token_timeout_s:g} s"
+            raise UpstreamTimeout(f"{self.name}: {message}", provider=self.name)
         if parser.done:
             # The answer is whole. Read to the end of the body, briefly, so the connection can
             # be reused; a server that lingers is not worth holding the client for.
@@ -283,6 +272,35 @@ class Upstream:
                     await emit(event)
         for event in parser.close():
             await emit(event)
+
+    async def _read_events(
+        self,
+        chunks: AsyncIterator[bytes],
+        decoder: SSEDecoder,
+        parser: StreamParser,
+        emit: Emit,
+        timer: ReadTimer,
+    ) -> None:
+        """Reads, decodes and emits until the body or the answer ends: the per-chunk path."""
+        while True:
+            timer.reading()
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                return
+            timer.read_done()
+            try:
+                sses = decoder.feed(chunk)
+            except SSEDecodeError as exc:
+                raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
+            for sse in sses:
+                if not sse.data:
+                    continue
+                for event in parser.feed(sse):
+                    timer.started = True
+                    await emit(event)
+                if parser.done:
+                    return
 
 
 def _scrub(message: str, secret: str | None) -> str:
