@@ -8,6 +8,8 @@ character cut across network reads is never seen in halves, and Unicode line sep
 
 from __future__ import annotations
 
+import json
+
 import attrs
 
 
@@ -117,3 +119,22 @@ def encode_event(data: bytes, event: str | None = None) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
+
+
+_DECODER = json.JSONDecoder()  # stateless: one shared instance is safe
+
+
+def json_data(data: bytes) -> object:
+    """An event's data as JSON, what ``json.loads(data)`` returns or raises (ValueError), at
+    about half its cost on the per-chunk path: SSE is UTF-8 by definition, so the encoding
+    sniffing of ``json.loads(bytes)`` is skipped, and a compact object (what every vendor
+    sends) is decoded without the whitespace matching around it. Anything else falls back to
+    ``json.loads``, which accepts or refuses it with its own message."""
+    text = data.decode()
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except ValueError:
+        return json.loads(text)
+    if end != len(text):
+        return json.loads(text)
+    return value

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_gateway.sse import DONE, SSEDecodeError, SSEDecoder, SSEEvent, encode_event
+from trio_gateway.sse import DONE, SSEDecodeError, SSEDecoder, SSEEvent, encode_event, json_data
 
 PIECES = [
     *"abc xyz",
@@ -125,3 +125,45 @@ def test_the_event_bound_resets_with_each_event() -> None:
     decoder = SSEDecoder(max_event_bytes=10)
     for _ in range(100):
         assert decoder.feed(b"data: 0123456789\n\n") == [SSEEvent(data=b"0123456789")]
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300)
+@given(JSON_VALUES, st.sampled_from([(",", ":"), (", ", ": ")]), st.sampled_from(["", " ", "\n"]))
+def test_json_data_reads_what_json_loads_reads(
+    value: object, separators: tuple[str, str], pad: str
+) -> None:
+    data = (pad + json.dumps(value, separators=separators, ensure_ascii=False) + pad).encode()
+    assert json_data(data) == json.loads(data)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=40) | st.text(max_size=40).map(str.encode))
+def test_json_data_refuses_what_json_loads_refuses(data: bytes) -> None:
+    try:
+        expected = json.loads(data)
+    except ValueError:
+        with pytest.raises(ValueError):
+            json_data(data)
+    else:
+        assert json_data(data) == expected
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b'{"a": 1} {"b": 2}', b'{"a": 1}x', b"", b"\xff{}", b'{"a": }', b"[1,]"],
+)
+def test_json_data_names_the_problem_as_json_does(data: bytes) -> None:
+    with pytest.raises(ValueError) as ours:
+        json_data(data)
+    with pytest.raises(ValueError) as theirs:
+        json.loads(data)
+    assert type(ours.value) is type(theirs.value) and str(ours.value) == str(theirs.value)

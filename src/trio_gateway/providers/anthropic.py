@@ -50,7 +50,7 @@ from trio_gateway.providers.anthropic_request import (
 from trio_gateway.providers.dialect import UpstreamCall
 from trio_gateway.providers.translate import redact_credentials
 from trio_gateway.request import ChatRequest
-from trio_gateway.sse import SSEEvent
+from trio_gateway.sse import SSEEvent, json_data
 from trio_gateway.toolcalls import ToolCallAssembler
 from trio_gateway.upstream_errors import MAX_MESSAGE_CHARS, is_context_length, parse_retry_after
 from trio_gateway.usage import PartialUsage, estimate_tokens
@@ -274,7 +274,7 @@ class AnthropicStreamParser:
         if self._done:
             raise self._malformed("data after message_stop")
         try:
-            payload = json.loads(event.data)
+            payload = json_data(event.data)
         except ValueError as exc:
             raise self._malformed(f"an event that is not JSON ({exc})") from None
         if not isinstance(payload, dict):

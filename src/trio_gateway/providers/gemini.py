@@ -48,7 +48,7 @@ from trio_gateway.providers.dialect import UpstreamCall
 from trio_gateway.providers.gemini_request import DROPPED_FIELDS, REFUSED_FIELDS, build_body
 from trio_gateway.providers.translate import new_tool_call_id, redact_credentials
 from trio_gateway.request import ChatRequest
-from trio_gateway.sse import SSEEvent
+from trio_gateway.sse import SSEEvent, json_data
 from trio_gateway.toolcalls import ToolCallAssembler
 from trio_gateway.upstream_errors import MAX_MESSAGE_CHARS, is_context_length, parse_retry_after
 from trio_gateway.usage import PartialUsage, estimate_tokens
@@ -412,7 +412,7 @@ class GeminiStreamParser:
         if self._done:
             raise self._malformed("data after the answer finished")
         try:
-            payload = json.loads(event.data)
+            payload = json_data(event.data)
         except ValueError as exc:
             raise self._malformed(f"a chunk that is not JSON ({exc})") from None
         if not isinstance(payload, dict):

@@ -24,7 +24,7 @@ from trio_gateway.events import (
 )
 from trio_gateway.providers.dialect import UpstreamCall
 from trio_gateway.request import GATEWAY_FIELDS, ChatRequest
-from trio_gateway.sse import SSEEvent
+from trio_gateway.sse import SSEEvent, json_data
 from trio_gateway.toolcalls import ToolCallAssembler
 from trio_gateway.upstream_errors import classify_inband, classify_status
 from trio_gateway.usage import PartialUsage
@@ -120,7 +120,7 @@ class ChunkParser:
                 f"{self._provider} sent data after [DONE]", provider=self._provider
             )
         try:
-            chunk = json.loads(data)
+            chunk = json_data(data)
         except ValueError as exc:
             raise UpstreamProtocolError(
                 f"{self._provider} sent a chunk that is not JSON: {exc}", provider=self._provider
