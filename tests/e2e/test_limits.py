@@ -39,6 +39,9 @@ TIMEOUT_S = 20
 CLI = [sys.executable, "-m", "trio_gateway"]
 LIMITS = httpx.Limits(max_connections=50)
 PRICES = "price_input_per_mtok = 1000.0\nprice_output_per_mtok = 1000.0\n"  # 1e-3 per token
+# Every request of a burst gets a slot at once: a queue timeout on a loaded machine would turn
+# an expected answer into a 503.
+ROOMY = PRICES + "queue_timeout_s = 30.0\n"
 
 
 def write_keys(tmp_path: Path, limits: str) -> tuple[Path, str]:
@@ -53,7 +56,7 @@ async def gateway(sim_url: str, keys_file: Path, extra: str = "") -> AsyncIterat
     text = (
         f'[server]\nlisten = "127.0.0.1:0"\n[auth]\nkeys_file = "{keys_file}"\n'
         f"{extra}\n"
-        f"[aliases.agent-lite]\n{provider_toml('sim-a', sim_url, extra=PRICES)}"
+        f"[aliases.agent-lite]\n{provider_toml('sim-a', sim_url, max_inflight=64, extra=ROOMY)}"
     )
     config = parse_config(text, source="test.toml", environ={"SIM_KEY": "sim-key"})
     async with running_gateway(config) as handle:

@@ -32,7 +32,11 @@ PAUSE_AFTER_K = script({"text_tokens": K}, {"delay_s": 60}, {"text_tokens": 50})
 
 def config_with_ledger(base_url: str, ledger: Path) -> GatewayConfig:
     usage = f'[usage]\nledger = "{ledger}"\nflush_interval_s = 0.05\nbatch_max = 16\n'
-    provider = provider_toml("sim-a", base_url, extra="unhealthy_after = 1000")
+    # Room for every request of the burst at once: a queue timeout on a loaded machine would
+    # turn an expected 200 into a 503.
+    provider = provider_toml(
+        "sim-a", base_url, max_inflight=64, extra="unhealthy_after = 1000\nqueue_timeout_s = 30.0"
+    )
     return gateway_config(provider, server=usage)
 
 
