@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from trio_gateway.errors import UpstreamServerError
@@ -111,3 +113,28 @@ def test_whitespace_before_a_tool_call_is_no_content() -> None:
     plain.add(TextDelta("\n\n"))
     plain.add(ResponseDone("stop"))
     assert plain.result()["choices"][0]["message"]["content"] == "\n\n"
+
+
+@settings(max_examples=300)
+@given(st.text(), st.booleans(), st.booleans())
+def test_text_chunks_are_the_bytes_json_dumps_gives(
+    text: str, reasoning: bool, include_usage: bool
+) -> None:
+    """The token chunks are built from prepared bytes around one escaped string; they must be
+    exactly what dumping the whole chunk gives, for any text (quotes, controls, U+2028, emoji)."""
+    encoder = ChunkEncoder(
+        completion_id="chatcmpl-x", created=7, model="agent-lite", include_usage=include_usage
+    )
+    field = "reasoning_content" if reasoning else "content"
+    event = ReasoningDelta(text) if reasoning else TextDelta(text)
+    chunk: dict[str, Any] = {
+        "id": "chatcmpl-x",
+        "object": "chat.completion.chunk",
+        "created": 7,
+        "model": "agent-lite",
+        "choices": [{"index": 0, "delta": {field: text}, "logprobs": None, "finish_reason": None}],
+    }
+    if include_usage:
+        chunk["usage"] = None
+    expected = json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode()
+    assert encoder.encode(event) == b"data: " + expected + b"\n\n"

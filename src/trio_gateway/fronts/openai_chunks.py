@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring
 from typing import Any
 
 from trio_gateway.errors import GatewayError
@@ -22,9 +23,13 @@ from trio_gateway.events import (
 )
 from trio_gateway.sse import DONE, encode_event
 
+# json.dumps with arguments builds a new encoder per call; this one is built once (it keeps no
+# state between calls).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    return _ENCODER.encode(obj).encode()
 
 
 def usage_object(usage: Usage) -> dict[str, Any]:
@@ -57,15 +62,20 @@ class ChunkEncoder:
         self._tail += b',"usage":null}' if include_usage else b"}"
         self._meta = head
         self._usage: Usage | None = None
+        # The two chunks of almost every token, as whole SSE events around one JSON string:
+        # the string is escaped by the same function json.dumps uses, so the bytes are the same.
+        self._content = b"data: " + self._head + b'{"content":'
+        self._reasoning = b"data: " + self._head + b'{"reasoning_content":'
+        self._text_end = b"}" + self._tail + b"\n\n"
 
     def _chunk(self, delta: dict[str, Any]) -> bytes:
         return encode_event(self._head + _dumps(delta) + self._tail)
 
     def encode(self, event: Event) -> bytes:
-        if isinstance(event, TextDelta):
-            return self._chunk({"content": event.text})
-        if isinstance(event, ReasoningDelta):
-            return self._chunk({"reasoning_content": event.text})
+        if type(event) is TextDelta:
+            return self._content + encode_basestring(event.text).encode() + self._text_end
+        if type(event) is ReasoningDelta:
+            return self._reasoning + encode_basestring(event.text).encode() + self._text_end
         if isinstance(event, ToolCallDelta):
             fragment: dict[str, Any] = {"index": event.index}
             function: dict[str, Any] = {}
