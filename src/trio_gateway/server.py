@@ -36,6 +36,7 @@ log = logging.getLogger("trio_gateway")
 # The gateway's own stall deadline acts first (it frees the upstream); the kernel's drop of the
 # socket follows shortly after.
 STALL_DROP_MARGIN_S = 1.0
+LISTEN_BACKLOG = 2048  # uvicorn's default
 # After the drain deadline cancels the answers still running, the time they get to send their
 # last error event before hypercorn closes the connections.
 DRAIN_MARGIN_S = 2.0
@@ -82,6 +83,9 @@ def hypercorn_config(
     config.graceful_timeout = graceful_timeout_s
     # Long generations: the connection stays open between chunks.
     config.keep_alive_timeout = 75
+    # hypercorn's default of 100 refused connections when thousands of clients arrived at once
+    # (docs/benchmarks.md, scenario D); the kernel caps it at net.core.somaxconn.
+    config.backlog = LISTEN_BACKLOG
     return config
 
 

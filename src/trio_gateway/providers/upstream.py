@@ -39,6 +39,10 @@ MAX_WHOLE_BODY_BYTES = 16 * 1024 * 1024
 AFTER_DONE_GRACE_S = 1.0
 # Probes (and a slot being handed over) may briefly need connections beyond max_inflight.
 POOL_HEADROOM = 2
+# Below the servers' own idle timeout (uvicorn under vLLM, hypercorn: 5 s, httpx's default too):
+# at equal timeouts a request could be written on a connection the server was closing, and
+# fail with "server disconnected" (seen in the benchmarks, docs/benchmarks.md).
+KEEPALIVE_EXPIRY_S = 2.0
 
 
 @attrs.frozen
@@ -81,6 +85,7 @@ class Upstream:
         limits = httpx.Limits(
             max_connections=config.max_inflight + POOL_HEADROOM,
             max_keepalive_connections=config.max_inflight,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
         )
         timeout = httpx.Timeout(
             connect=config.connect_timeout_s,
