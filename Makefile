@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint typecheck unit bench mutation clean
+.PHONY: install run test lint typecheck unit bench bench-overhead bench-stream-timing \
+	bench-cancellation bench-scale bench-slow-clients bench-chunk-path mutation clean
 
 # Serving needs the package alone; the tests add their tools (SDKs, pytest, ruff, mypy).
 RUN_STAMP := $(VENV)/.run-stamp
@@ -46,8 +47,34 @@ unit: $(STAMP) $(CHROMIUM)
 
 test: lint typecheck unit
 
-bench: $(STAMP)
+# The benchmark suite (docs/benchmarks.md): not part of `make test` (a smoke run of each scenario
+# is: tests/e2e/test_bench_smoke.py). Plots need the bench extra (matplotlib).
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[test,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench.suite $(BENCH_ARGS)
+
+bench-overhead: $(BENCH_STAMP)
+	$(BIN)/python -m bench.overhead $(BENCH_ARGS)
+
+bench-stream-timing: $(BENCH_STAMP)
+	$(BIN)/python -m bench.stream_timing $(BENCH_ARGS)
+
+bench-cancellation: $(BENCH_STAMP)
 	$(BIN)/python -m bench.cancellation $(BENCH_ARGS)
+
+bench-scale: $(BENCH_STAMP)
+	$(BIN)/python -m bench.scale $(BENCH_ARGS)
+
+bench-slow-clients: $(BENCH_STAMP)
+	$(BIN)/python -m bench.slow_clients $(BENCH_ARGS)
+
+bench-chunk-path: $(STAMP)
+	$(BIN)/python -m bench.chunk_path $(BENCH_ARGS)
 
 MUTATION_STAMP := $(VENV)/.mutation-stamp
 

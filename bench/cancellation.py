@@ -24,6 +24,7 @@ logs next to it. See docs/benchmarks.md.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 import itertools
@@ -33,11 +34,12 @@ import os
 import platform
 import re
 import resource
-import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from functools import partial
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,7 @@ import attrs
 import httpx
 import trio
 
+from bench import harness
 from bench.cancellation_load import (
     ALIAS,
     CONNECT_TIMEOUT_S,
@@ -61,7 +64,9 @@ from bench.cancellation_load import (
     request_body,
     run_load,
 )
+from bench.harness import git_commit
 from bench.processes import PYTHON, Child, ProcessFailed, free_port, log_tail, running
+from bench.procstat import Sampler, loadavg
 from trio_gateway.config import ProviderConfig
 
 MODES = ("direct", "gateway", "naive")
@@ -209,10 +214,18 @@ def run_mode(config: BenchConfig, mode: Mode, logs: Path) -> dict[str, Any]:
             )
             url, model = f"http://127.0.0.1:{port}/v1/chat/completions", SERVED_MODEL
         bodies = [request_body(config, model, f"n{i}") for i in range(config.streams)]
+        middle = children[1].process.pid if len(children) > 1 else None
+        sampler = Sampler({"middle": middle} if middle is not None else {})
+        sampler.__enter__()
+        sampler.mark("start")
+        load_before = loadavg()
         cpu_before = {c.name: c.cpu_seconds() for c in children}
         machine_before = machine_busy_s()
         bench_before = resource.getrusage(resource.RUSAGE_SELF)
         outcome = trio.run(partial(run_load, config, url, sim_url, bodies))
+        sampler.mark("end")
+        sampler.mark("after")
+        sampler.__exit__(None, None, None)
         bench_after = resource.getrusage(resource.RUSAGE_SELF)
         machine_after = machine_busy_s()
         for child in children:
@@ -240,7 +253,10 @@ def run_mode(config: BenchConfig, mode: Mode, logs: Path) -> dict[str, Any]:
         }
         for c in children
     ]
-    return summarize(config, mode, outcome, stats, gauges, processes, cpu)
+    row = summarize(config, mode, outcome, stats, gauges, processes, cpu)
+    row["loadavg_before"] = load_before
+    row["process"] = sampler.summary("middle") if middle is not None else None
+    return row
 
 
 def _cpu_delta(before: float | None, after: float | None) -> float | None:
@@ -331,6 +347,12 @@ def summarize(
         "stayers_complete": complete,
         "leavers": len(streams) - len(stayers),
         "leavers_left": sum(1 for s in streams if s.left),
+        # Per cancelled stream (issue 12's targets): aborts the simulator saw, and tokens it
+        # generated that nobody received (generated - delivered, which also counts what a proxy
+        # read for a client that had left; the simulator's own after-left counter cannot).
+        "aborts_per_cancelled": int(stats["aborts"]) / max(1, sum(1 for s in streams if s.left)),
+        "wasted_tokens_per_cancelled": (generated - delivered)
+        / max(1, sum(1 for s in streams if s.left)),
         "errors": errors,
         "clients_timed_out": outcome.clients_timed_out,
         "gateway_gauges_after": gauges,
@@ -339,6 +361,7 @@ def summarize(
         "sim_stats": {k: v for k, v in stats.items() if not k.startswith("last_request")},
         "samples": [attrs.astuple(x) for x in outcome.samples],
         "streams": [attrs.asdict(s) for s in streams],
+        "ttfts_s": ttfts,
     }
 
 
@@ -359,12 +382,21 @@ COLUMNS = (
     "sim busy (s)",
     "max running / waiting (sim)",
     "sim speed vs model",
+    "middle CPU s / RSS peak MiB",
     "errors",
+    "load avg",
 )
 
 
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
+
+
+def _middle(row: dict[str, Any]) -> str:
+    proc = row.get("process")
+    if not proc:
+        return "-"
+    return f"{_fmt(proc['cpu_s'], 1)} / {_fmt((proc['rss_kib_peak'] or 0) / 1024, 0)}"
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -376,7 +408,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             f" | {_fmt(r['useful_tokens_per_s'], 0)} | {r['tokens_generated_after_client_left']:,}"
             f" | {r['generated_minus_delivered']:,} | {r['aborts']} | {_fmt(r['wall_s'], 1)}"
             f" | {_fmt(r['sim_idle_s'], 1)} | {r['max_running_seen']} / {r['max_waiting_seen']}"
-            f" | {_percent(r['engine_speed'])} | {len(r['errors'])} |"
+            f" | {_percent(r['engine_speed'])} | {_middle(r)} | {len(r['errors'])}"
+            f" | {_fmt((r['loadavg_before'] or [None])[0])} |"
         )
     return "\n".join(lines)
 
@@ -406,33 +439,76 @@ def machine() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "trio": trio.__version__,
         "httpx": httpx.__version__,
-        "git": _git_state(),
+        "hypercorn": version("hypercorn"),
+        # Read from .git, never by running git (see bench/harness.py).
+        "git": git_commit(),
     }
 
 
-def _git_state() -> str | None:
-    """The commit measured, with "+dirty" when the working tree differs from it."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return f"{commit}+dirty" if dirty else commit or None
+SMOKE_ARGS = (
+    "--streams", "6", "--prompt-tokens", "50", "--max-tokens", "40", "--leave-after", "10",
+    "--leave-fraction", "0.5", "--max-num-seqs", "4", "--decode-step-s", "0.002",
+    "--decode-step-s-per-seq", "0.0", "--max-inflight", "4", "--deadline-s", "60",
+    "--drain-timeout-s", "30", "--poll-s", "0.05",
+)  # fmt: skip
+
+
+def suite_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The flags every scenario of the suite takes (bench/harness.py); the rest are this
+    benchmark's own. ``--smoke`` replaces the sizes with tiny ones."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    p.add_argument("--plots-dir", type=Path, default=harness.PLOTS_DIR)
+    known, rest = p.parse_known_args(list(argv))
+    if "-h" in rest or "--help" in rest:
+        print("suite flags: --smoke (tiny sizes), --no-plots, --results-dir DIR, --plots-dir DIR\n")
+    return known, ([*rest, *SMOKE_ARGS] if known.smoke else rest)
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    direct = next((r for r in rows if r["mode"] == "direct"), None)
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        if r["mode"] != "gateway":
+            continue
+        name = r["label"]
+        out.append(
+            {
+                "target": f"{name}: every cancelled stream aborted upstream (aborts/cancelled)",
+                "value": r["aborts_per_cancelled"],
+                "met": r["aborts_per_cancelled"] >= 1.0,
+            }
+        )
+        out.append(
+            {
+                "target": f"{name}: ≤ 1 token generated after the client left, per cancelled",
+                "value": r["wasted_tokens_per_cancelled"],
+                "met": r["wasted_tokens_per_cancelled"] <= 1.0,
+            }
+        )
+        if direct is not None and direct["useful_tokens_per_s"] and r["useful_tokens_per_s"]:
+            ratio = r["useful_tokens_per_s"] / direct["useful_tokens_per_s"]
+            out.append(
+                {
+                    "target": f"{name}: throughput equal to direct (ratio, ≥ 0.95 taken as equal)",
+                    "value": ratio,
+                    "met": ratio >= 0.95,
+                }
+            )
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    config = parse_args(sys.argv[1:] if argv is None else argv)
+    suite, rest = suite_args(sys.argv[1:] if argv is None else argv)
+    config = parse_args(rest)
+    results_dir: Path = suite.results_dir
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    logs = RESULTS_DIR / f"cancellation-{stamp}-logs"
+    logs = results_dir / f"cancellation-{stamp}-logs"
+    load_before = loadavg()
+    print(f"scenario C (cancellation): load average {load_before}", file=sys.stderr)
+    started = time.monotonic()
     rows: list[dict[str, Any]] = []
     for mode in expand_modes(config):
         print(f"running: {mode.label} ...", file=sys.stderr, flush=True)
@@ -459,13 +535,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f" log: {proc['log']}\n" + log_tail(Path(proc["log"]), 10),
                     file=sys.stderr,
                 )
-    result_path = RESULTS_DIR / f"cancellation-{stamp}.json"
-    result_path.write_text(
-        json.dumps({"config": attrs.asdict(config), "machine": machine(), "runs": rows}, indent=1),
-        encoding="utf-8",
-    )
+    verdicts = targets(rows)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    result_path = results_dir / f"cancellation-{stamp}.json"
+    payload = {
+        "scenario": "cancellation",
+        "config": attrs.asdict(config),
+        "machine": machine(),
+        "loadavg_before": load_before,
+        "wall_s": time.monotonic() - started,
+        "runs": rows,
+        "targets": verdicts,
+    }
+    result_path.write_text(json.dumps(payload, indent=1), encoding="utf-8")
     print(table(rows))
+    print(harness.targets_text(verdicts))
     print(f"\nresults: {result_path}", file=sys.stderr)
+    if not suite.no_plots:
+        from bench.plots import cdf_panels
+
+        png = cdf_panels(
+            suite.plots_dir / "cancellation.png",
+            f"C, cancellation: {config.streams} streams of {config.max_tokens} tokens, "
+            f"{config.leave_fraction:.0%} leave after {config.leave_after}",
+            [("time to first token", "s", {r["label"]: r["ttfts_s"] for r in rows})],
+        )
+        print(f"plot: {png}", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,220 @@
+"""A process seen from outside: CPU time, RSS and open file descriptors read from /proc.
+
+The gateway and the naive proxy are measured by the benchmark process, never by themselves, so
+the measurement costs them nothing and works for any server. ``Sampler`` reads them in a
+thread every ``interval_s`` (a /proc read is a few microseconds: it does not disturb the load
+generator's event loop) and keeps the series, from which before / peak / after are taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds used by ``pid`` so far, None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def rss_kib(pid: int) -> int | None:
+    """Resident set size (VmRSS) in KiB, None when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def fd_count(pid: int) -> int | None:
+    """Open file descriptors of ``pid`` (entries of /proc/PID/fd)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages: how busy the (possibly shared) machine was."""
+    try:
+        return [float(v) for v in Path("/proc/loadavg").read_text().split()[:3]]
+    except OSError:
+        return None
+
+
+def machine_busy_s() -> float | None:
+    """CPU seconds the whole machine spent busy since boot (Linux /proc/stat)."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except OSError:
+        return None
+    # cpu user nice system idle iowait irq softirq steal ...
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
+
+
+def raise_nofile_limit() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit and return (soft, hard).
+
+    Scenario D holds 5,000 client connections in the load generator and twice that in a proxy
+    (one to the client, one upstream). Child processes inherit the limit, so calling this before
+    starting the simulator, the proxy and the gateway raises theirs too without touching them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+@attrs.frozen
+class Point:
+    t_s: float  # seconds since the sampler started
+    cpu_s: float
+    rss_kib: int
+    fds: int
+
+
+def _point(pid: int, t_s: float) -> Point | None:
+    cpu, rss, fds = cpu_seconds(pid), rss_kib(pid), fd_count(pid)
+    if cpu is None or rss is None or fds is None:
+        return None
+    return Point(t_s=t_s, cpu_s=cpu, rss_kib=rss, fds=fds)
+
+
+class Sampler:
+    """Samples named processes in a background thread while the load runs.
+
+    ``mark_start()`` and ``mark_end()`` bracket the load: CPU is the difference between those two
+    samples; "before" is the RSS/fds at the start, "peak" the maximum seen in between, "after"
+    a sample taken by ``settle()`` once the load generator has closed every connection.
+    """
+
+    def __init__(self, pids: dict[str, int], interval_s: float = 0.2) -> None:
+        self._pids = pids
+        self._interval_s = interval_s
+        self._t0 = time.monotonic()
+        self.series: dict[str, list[Point]] = {name: [] for name in pids}
+        self._marks: dict[str, dict[str, Point | None]] = {name: {} for name in pids}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="proc-sampler", daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _sample(self) -> dict[str, Point | None]:
+        now = time.monotonic() - self._t0
+        taken = {name: _point(pid, now) for name, pid in self._pids.items()}
+        for name, point in taken.items():
+            if point is not None:
+                self.series[name].append(point)
+        return taken
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._sample()
+
+    def mark(self, label: str) -> None:
+        for name, point in self._sample().items():
+            self._marks[name][label] = point
+
+    def summary(self, name: str) -> dict[str, Any]:
+        """CPU seconds between the "start" and "end" marks; RSS and fds before, peak, after."""
+        marks = self._marks[name]
+        start, end, after = marks.get("start"), marks.get("end"), marks.get("after")
+        window = [
+            p
+            for p in self.series[name]
+            if start is not None and p.t_s >= start.t_s and (end is None or p.t_s <= end.t_s)
+        ]
+        return {
+            "cpu_s": (end.cpu_s - start.cpu_s) if start and end else None,
+            "rss_kib_before": start.rss_kib if start else None,
+            "rss_kib_peak": max((p.rss_kib for p in window), default=None),
+            "rss_kib_after": after.rss_kib if after else None,
+            "fds_before": start.fds if start else None,
+            "fds_peak": max((p.fds for p in window), default=None),
+            "fds_after": after.fds if after else None,
+            "series": [attrs.astuple(p) for p in self.series[name]],
+        }
+
+
+def _tcp_table(pid: int) -> dict[int, tuple[int, int, str]]:
+    """socket inode -> (local port, remote port, state hex) from the process's network
+    namespace view (/proc/PID/net/tcp and tcp6)."""
+    table: dict[int, tuple[int, int, str]] = {}
+    for name in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{name}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            local, remote, state, inode = f[1], f[2], f[3], int(f[9])
+            table[inode] = (
+                int(local.rsplit(":", 1)[1], 16),
+                int(remote.rsplit(":", 1)[1], 16),
+                state,
+            )
+    return table
+
+
+TCP_LISTEN = "0A"
+TCP_CLOSE_WAIT = "08"
+
+
+def connections(pid: int, listen_port: int, upstream_port: int) -> dict[str, int] | None:
+    """The process's open TCP sockets by role: ``clients`` (accepted on ``listen_port``),
+    ``clients_close_wait`` (of those, closed by the client but not yet by the process),
+    ``upstream`` (to ``upstream_port``: a pool's keep-alive connections stay open by design),
+    ``other``; None when the process is gone."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    links = []
+    for fd in fds:
+        # A descriptor may close between the listing and the read: skip it, it is gone.
+        with contextlib.suppress(OSError):
+            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    inodes = [int(link[8:-1]) for link in links if link.startswith("socket:[")]
+    table = _tcp_table(pid)
+    counts = {"clients": 0, "clients_close_wait": 0, "upstream": 0, "other": 0}
+    for inode in inodes:
+        entry = table.get(inode)
+        if entry is None:
+            continue  # not TCP (a pipe-like socketpair, UDP)
+        local, remote, state = entry
+        if state == TCP_LISTEN:
+            continue
+        if local == listen_port:
+            counts["clients"] += 1
+            # The client closed and the process has not: a handler still holds the socket.
+            counts["clients_close_wait"] += state == TCP_CLOSE_WAIT
+        elif remote == upstream_port:
+            counts["upstream"] += 1
+        else:
+            counts["other"] += 1
+    return counts

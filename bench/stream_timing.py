@@ -1,0 +1,208 @@
+"""Scenario B, stream timing: 200 streams, 100 at once, 200 tokens each at 50 tokens/s.
+
+What the middle does to the timing of a stream, and what a relayed chunk costs it. The simulator
+runs a 20 ms decode step whatever the batch (``--decode-step-s 0.02``, nothing per sequence), so
+every stream gets a token every 20 ms: 5,000 chunks/s in all. 100 clients each run one stream,
+then the next, until 200 streams ran. Reported per mode: TTFT p50/p99 (request sent → first
+content chunk), inter-chunk gap p50/p99 (between consecutive content chunks at the client, all
+streams pooled), completions and failures, and for the proxy and the gateway the process's CPU
+µs per relayed chunk (its CPU seconds over the run / SSE data events the clients received).
+
+Targets (issue 12): ≤ 100 µs gateway CPU per chunk; gateway inter-chunk p99 within 10 ms of
+direct; gateway TTFT p99 within 300 ms of direct.
+
+    .venv/bin/python -m bench.stream_timing
+    .venv/bin/python -m bench.stream_timing --smoke --no-plots
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from bench import harness
+from bench.harness import LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
+from bench.procstat import loadavg
+from bench.streams import chat_request, closed_loop, failures_text, summarize
+
+SCENARIO = "stream_timing"
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    streams: int
+    concurrency: int
+    max_tokens: int
+    tokens_per_s: float
+    connect_timeout_s: float = 30.0
+
+
+def run_mode(st: Stack, mode: str, cfg: Config) -> dict[str, Any]:
+    port, model = st.targets[mode]
+    requests = [chat_request(port, model, cfg.max_tokens, f"b{i}") for i in range(cfg.streams)]
+    sampler = harness.sampler_for(st, mode)
+    with sampler:
+        sampler.mark("start")
+        started = time.monotonic()
+        results = trio.run(closed_loop, port, requests, cfg.concurrency, cfg.connect_timeout_s)
+        wall_s = time.monotonic() - started
+        sampler.mark("end")
+        harness.settle(sampler, st, mode, 0.0)
+    summary = summarize(results, cfg.max_tokens)
+    proc = harness.process_summary(sampler, mode)
+    cpu_us = (
+        proc["cpu_s"] * 1e6 / summary["events"]
+        if proc and proc["cpu_s"] and summary["events"]
+        else None
+    )
+    return {
+        "mode": mode,
+        "label": LABELS[mode],
+        "wall_s": wall_s,
+        **summary,
+        "cpu_us_per_chunk": cpu_us,
+        "process": proc,
+        "sim_stats": harness.sim_stats(st.sim_url),
+        "ttfts_s": [r.ttft_s for r in results if r.ttft_s is not None],
+        "gaps_s": [g for r in results for g in r.gaps_s],
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    header = ["mode", "completed", "TTFT p50 / p99 (ms)", "inter-chunk p50 / p99 (ms)"]
+    header += ["CPU µs/chunk (middle)", "chunks relayed", "failures", "wall (s)", "load avg"]
+    out = []
+    for r in rows:
+        out.append(
+            [
+                r["label"],
+                f"{r['completed']}/{r['streams']}",
+                f"{fmt(r['ttft_p50_s'], 0, 1000)} / {fmt(r['ttft_p99_s'], 0, 1000)}",
+                f"{fmt(r['gap_p50_s'], 1, 1000)} / {fmt(r['gap_p99_s'], 1, 1000)}",
+                fmt(r["cpu_us_per_chunk"], 0) if r["mode"] != "direct" else "-",
+                f"{r['events']:,}",
+                failures_text(r["failures"]),
+                fmt(r["wall_s"], 1),
+                fmt((r["loadavg_before"] or [None])[0], 2),
+            ]
+        )
+    return harness.markdown_table(header, out)
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by = {r["mode"]: r for r in rows}
+    out: list[dict[str, Any]] = []
+    gw = by.get("gateway")
+    if gw is None:
+        return out
+    cpu = gw["cpu_us_per_chunk"]
+    out.append(
+        {
+            "target": "gateway CPU ≤ 100 µs/chunk",
+            "value": cpu,
+            "met": None if cpu is None else cpu <= 100,
+        }
+    )
+    direct = by.get("direct")
+    if direct is not None:
+        for key, name, limit_ms in (
+            ("gap_p99_s", "inter-chunk p99 within 10 ms of direct (ms over)", 10.0),
+            ("ttft_p99_s", "TTFT p99 within 300 ms of direct (ms over)", 300.0),
+        ):
+            if gw[key] is None or direct[key] is None:
+                out.append({"target": name, "value": None, "met": False})
+                continue
+            over_ms = (gw[key] - direct[key]) * 1000
+            out.append({"target": name, "value": over_ms, "met": over_ms <= limit_ms})
+    return out
+
+
+def parse(argv: Sequence[str]) -> tuple[Common, Config]:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.stream_timing",
+        description="Scenario B: TTFT, inter-chunk gaps and CPU per relayed chunk.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    harness.add_common(p)
+    p.add_argument("--streams", type=int, default=200)
+    p.add_argument("--concurrency", type=int, default=100, help="streams at once")
+    p.add_argument("--max-tokens", type=int, default=200, help="tokens per stream")
+    p.add_argument("--tokens-per-s", type=float, default=50.0, help="per stream")
+    a = p.parse_args(argv)
+    common = harness.common_from(p, a)
+    if common.smoke:
+        return common, Config(streams=8, concurrency=4, max_tokens=20, tokens_per_s=100.0)
+    return common, Config(
+        streams=a.streams,
+        concurrency=a.concurrency,
+        max_tokens=a.max_tokens,
+        tokens_per_s=a.tokens_per_s,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    common, cfg = parse(sys.argv[1:] if argv is None else argv)
+    when = harness.stamp()
+    logs = common.results_dir / f"{SCENARIO}-{when}-logs"
+    # A step per token for every stream at once: the batch holds every concurrent stream, and
+    # its time does not grow with the batch, so each stream gets exactly tokens_per_s.
+    sim = SimSettings(max_num_seqs=cfg.concurrency, decode_step_s=1.0 / cfg.tokens_per_s)
+    # A slot for every concurrent stream (the simulator's batch size): nobody waits or is refused.
+    gateway = GatewaySettings(max_inflight=cfg.concurrency, queue_timeout_s=60.0)
+    load_before = loadavg()
+    harness.note(f"scenario B ({SCENARIO}): load average {load_before}")
+    started = time.monotonic()
+    with harness.stack(common, sim, gateway, logs) as st:
+        rows = harness.run_modes(common, st, lambda mode: run_mode(st, mode, cfg))
+    wall_s = time.monotonic() - started
+    verdicts = targets(rows)
+    path = harness.write_result(
+        common,
+        SCENARIO,
+        when,
+        {
+            "config": attrs.asdict(cfg),
+            "sim": attrs.asdict(sim),
+            "gateway": attrs.asdict(gateway),
+            "loadavg_before": load_before,
+            "wall_s": wall_s,
+            "rows": rows,
+            "targets": verdicts,
+            "log_problems": {p.name: harness.log_problems(p) for p in logs.glob("*.log")},
+        },
+    )
+    print(table(rows))
+    print(harness.targets_text(verdicts))
+    harness.note(f"results: {path} ({wall_s:.0f} s)")
+    if common.plots:
+        from bench.plots import cdf_panels
+
+        png = cdf_panels(
+            common.plots_dir / f"{SCENARIO}.png",
+            f"B, stream timing: {cfg.streams} streams, {cfg.concurrency} at once, "
+            f"{cfg.max_tokens} tokens at {cfg.tokens_per_s:g}/s",
+            [
+                (
+                    "time to first token",
+                    "ms",
+                    {r["label"]: [x * 1000 for x in r["ttfts_s"]] for r in rows},
+                ),
+                (
+                    "gap between content chunks",
+                    "ms",
+                    {r["label"]: [x * 1000 for x in r["gaps_s"]] for r in rows},
+                ),
+            ],
+        )
+        harness.note(f"plot: {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The whole benchmark suite, scenario after scenario: ``make bench``.
+
+Each scenario runs in its own process (``python -m bench.<name>``), so one scenario's memory
+and raised limits never carry into the next. The cancellation scenario runs with one gateway
+(``--max-inflight 32``, equal to the simulator's batch) to keep the suite within its time
+budget; ``python -m bench.cancellation`` alone also runs ``max_inflight = 28``.
+
+    .venv/bin/python -m bench.suite [--only overhead,scale] [--smoke] [--no-plots]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from bench.procstat import loadavg
+
+SCENARIOS: dict[str, tuple[str, ...]] = {
+    "overhead": (),  # A
+    "stream_timing": (),  # B
+    "cancellation": ("--max-inflight", "32"),  # C
+    "scale": (),  # D
+    "slow_clients": (),  # E
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__)
+    p.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes")
+    p.add_argument("--no-plots", action="store_true")
+    a = p.parse_args(argv)
+    chosen = [name.strip() for name in a.only.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in SCENARIOS]
+    if unknown:
+        p.error(f"unknown scenarios {unknown}; known: {', '.join(SCENARIOS)}")
+    extra = [*(["--smoke"] if a.smoke else []), *(["--no-plots"] if a.no_plots else [])]
+    started = time.monotonic()
+    times: dict[str, tuple[float, int]] = {}
+    for name in chosen:
+        print(f"\n## {name} (load average {loadavg()})\n", flush=True)
+        t0 = time.monotonic()
+        argv_ = [sys.executable, "-m", f"bench.{name}", *SCENARIOS[name], *extra]
+        code = subprocess.run(argv_, check=False).returncode
+        times[name] = (time.monotonic() - t0, code)
+    total = time.monotonic() - started
+    print("\n| scenario | wall (s) | exit |\n| --- | --- | --- |")
+    for name, (wall, code) in times.items():
+        print(f"| {name} | {wall:.0f} | {code} |")
+    print(f"| total | {total:.0f} | |")
+    return max((code for _, code in times.values()), default=0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

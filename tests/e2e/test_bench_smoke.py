@@ -1,0 +1,132 @@
+"""Each benchmark scenario (docs/benchmarks.md) runs end to end with tiny sizes, in all three
+modes (direct, naive proxy, gateway), so the suite does not rot between full runs.
+
+The scenarios' entry points are called in this process (their own child processes are real:
+the simulator, the naive proxy, ``trio-gateway serve``); each writes its JSON to a temporary
+directory, and the assertions read it back. No plots (no matplotlib needed). The assertions are
+about the run having happened and measured something, plus the behaviour each scenario exists
+to show where it is cheap to check: the gateway propagates a cancellation and the naive proxy
+does not, the gateway drops a stalled client. They are not about performance targets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench import cancellation, overhead, scale, slow_clients, stream_timing
+
+pytestmark = pytest.mark.slow
+MODES = ["direct", "naive", "gateway"]
+
+
+def run(main: Callable[[Sequence[str]], int], tmp_path: Path, scenario: str) -> dict[str, Any]:
+    code = main(["--smoke", "--no-plots", "--results-dir", str(tmp_path)])
+    assert code == 0
+    (path,) = tmp_path.glob(f"{scenario}-*.json")
+    result: dict[str, Any] = json.loads(path.read_text())
+    assert result["machine"]["cpus"] >= 1
+    assert len(result["loadavg_before"]) == 3
+    assert result["targets"], "every scenario states its targets"
+    for target in result["targets"]:
+        assert {"target", "value", "met"} <= target.keys()
+    return result
+
+
+def rows_by_mode(result: dict[str, Any], key: str = "rows") -> dict[str, dict[str, Any]]:
+    rows = {row["mode"]: row for row in result[key]}
+    assert sorted(rows) == sorted(MODES)
+    for row in rows.values():
+        assert len(row["loadavg_before"]) == 3
+    return rows
+
+
+def check_middle(row: dict[str, Any]) -> None:
+    """The proxy's or the gateway's process was sampled from outside."""
+    proc = row["process"]
+    assert proc["cpu_s"] > 0
+    assert proc["rss_kib_before"] > 0
+    assert proc["rss_kib_peak"] >= proc["rss_kib_before"]
+    assert proc["rss_kib_after"] > 0
+    assert proc["series"]
+
+
+def test_overhead_smoke(tmp_path: Path) -> None:
+    rows = rows_by_mode(run(overhead.main, tmp_path, "overhead"))
+    for mode, row in rows.items():
+        assert row["requests"] > 0 and row["requests_per_s"] > 0, mode
+        assert row["failures"] == {} and row["bad_answers"] == 0, mode
+        assert 0 < row["latency_p50_s"] <= row["latency_p99_s"], mode
+    assert rows["direct"]["process"] is None
+    for mode in ("naive", "gateway"):
+        check_middle(rows[mode])
+        assert rows[mode]["cpu_ms_per_request"] > 0
+
+
+def test_stream_timing_smoke(tmp_path: Path) -> None:
+    result = run(stream_timing.main, tmp_path, "stream_timing")
+    streams = result["config"]["streams"]
+    for mode, row in rows_by_mode(result).items():
+        assert row["completed"] == streams and row["failures"] == {}, mode
+        assert 0 < row["ttft_p50_s"] <= row["ttft_p99_s"], mode
+        assert row["gap_p99_s"] > 0 and row["events"] > streams * 2, mode
+    for mode in ("naive", "gateway"):
+        row = rows_by_mode(result)[mode]
+        check_middle(row)
+        assert row["cpu_us_per_chunk"] > 0
+
+
+def test_cancellation_smoke(tmp_path: Path) -> None:
+    result = run(cancellation.main, tmp_path, "cancellation")
+    rows = rows_by_mode(result, "runs")
+    for mode, row in rows.items():
+        assert row["errors"] == [], mode
+        assert row["stayers_complete"] == row["stayers"] > 0, mode
+        assert row["leavers_left"] == row["leavers"] > 0, mode
+    # What the scenario is about: the gateway passes each leave on, the naive proxy never does.
+    assert rows["gateway"]["aborts"] == rows["gateway"]["leavers"]
+    assert rows["naive"]["aborts"] == 0
+    assert rows["naive"]["generated_minus_delivered"] > rows["gateway"]["generated_minus_delivered"]
+    check_middle(rows["gateway"])
+
+
+def test_scale_smoke(tmp_path: Path) -> None:
+    result = run(scale.main, tmp_path, "scale")
+    streams = result["config"]["streams"]
+    rows = rows_by_mode(result)
+    for mode, row in rows.items():
+        assert row["completed"] == streams and row["failures"] == {}, mode
+        assert row["max_open_streams"] >= streams, mode
+        assert row["ttft_p99_s"] > 0 and row["leave_t_s"] is not None, mode
+        assert row["leaver_tokens_before_leaving"] >= 1, mode
+    # The leaver's close reaches the simulator directly and through the gateway, not through
+    # the naive proxy; the time is measured across processes, so it is positive.
+    assert rows["direct"]["cancel_to_abort_ms"] > 0
+    assert rows["gateway"]["cancel_to_abort_ms"] > 0
+    assert rows["naive"]["cancel_to_abort_ms"] is None
+    for mode in ("naive", "gateway"):
+        check_middle(rows[mode])
+        assert rows[mode]["kib_per_open_stream"] is not None
+        assert rows[mode]["process"]["fds_after"] > 0
+        assert set(rows[mode]["connections_after"]) >= {"clients", "upstream"}
+
+
+def test_slow_clients_smoke(tmp_path: Path) -> None:
+    result = run(slow_clients.main, tmp_path, "slow_clients")
+    cfg = result["config"]
+    rows = rows_by_mode(result)
+    for mode, row in rows.items():
+        for phase in ("baseline", "mixed"):
+            assert row[phase]["completed"] == cfg["normal"], (mode, phase)
+            assert row[phase]["gap_p99_s"] > 0, (mode, phase)
+        assert sum(row["slow_outcomes"].values()) == cfg["slow"], mode
+    # The gateway drops its stalled clients and closes their upstreams; the naive proxy never
+    # closes an upstream whose client stalled.
+    gateway = rows["gateway"]
+    assert gateway["gateway_client_stall_cancellations"] >= 1
+    assert gateway["upstream_aborts"] >= 1
+    assert rows["naive"]["upstream_aborts"] == 0
+    check_middle(gateway)
