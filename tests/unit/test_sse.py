@@ -154,7 +154,8 @@ def test_json_data_refuses_what_json_loads_refuses(data: bytes) -> None:
         with pytest.raises(ValueError):
             json_data(data)
     else:
-        assert json_data(data) == expected
+        # Compared as JSON text: NaN, which both accept, is not equal to itself.
+        assert json.dumps(json_data(data)) == json.dumps(expected)
 
 
 @pytest.mark.parametrize(
