@@ -1,0 +1,193 @@
+"""HTTP/1.1 responses parsed by hand, for the streaming path: pure, bounded, no I/O.
+
+Reading an upstream's token stream through httpx costs about twice a raw socket read per chunk
+(httpx → httpcore → h11, each with its own per-read machinery; docs/benchmarks.md). The stream
+needs little of HTTP: a status line, headers, and a body framed by ``Transfer-Encoding:
+chunked``, ``Content-Length`` or the connection's end. These classes take bytes as they come off
+the socket and give back the head and the body's bytes, keeping at most one bounded line of
+their own (a response head, a chunk-size line, a trailer).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+MAX_HEAD_BYTES = 64 * 1024
+MAX_LINE_BYTES = 4 * 1024  # a chunk-size line with its extensions, or one trailer line
+MAX_HEADERS = 256
+
+
+class H1Error(Exception):
+    """The upstream does not speak HTTP/1.1 as it must; the message says where."""
+
+
+@attrs.frozen(kw_only=True)
+class ResponseHead:
+    status: int
+    reason: str
+    http10: bool
+    headers: tuple[tuple[str, str], ...]  # names lower-cased, in the order received
+
+    def get(self, name: str) -> str | None:
+        """The last value of ``name`` (lower case), or None."""
+        found = None
+        for key, value in self.headers:
+            if key == name:
+                found = value
+        return found
+
+    @property
+    def keep_alive(self) -> bool:
+        tokens = {t.strip().lower() for t in (self.get("connection") or "").split(",")}
+        return "keep-alive" in tokens if self.http10 else "close" not in tokens
+
+
+def parse_head(block: bytes) -> ResponseHead:
+    """One response head: the status line and the header lines, without the blank line."""
+    lines = block.split(b"\r\n")
+    version, _, rest = lines[0].partition(b" ")
+    code, _, reason = rest.partition(b" ")
+    if version not in (b"HTTP/1.1", b"HTTP/1.0"):
+        raise H1Error(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+    if len(code) != 3 or not code.isdigit():
+        raise H1Error(f"not a status code: {code[:20]!r}")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise H1Error(f"more than {MAX_HEADERS} header lines")
+    headers = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip() or b" " in name:
+            raise H1Error(f"not a header line: {line[:80]!r}")
+        headers.append((name.decode("latin-1").lower(), value.strip().decode("latin-1")))
+    return ResponseHead(
+        status=int(code),
+        reason=reason.decode("latin-1"),
+        http10=version == b"HTTP/1.0",
+        headers=tuple(headers),
+    )
+
+
+class HeadReader:
+    """Bytes → the final response head (1xx informational heads are skipped) and what followed
+    it. Keeps at most ``MAX_HEAD_BYTES``."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.leftover = b""
+
+    def feed(self, data: bytes) -> ResponseHead | None:
+        self._buffer += data
+        while True:
+            end = self._buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self._buffer) > MAX_HEAD_BYTES:
+                    raise H1Error(f"a response head larger than {MAX_HEAD_BYTES} bytes")
+                return None
+            if end > MAX_HEAD_BYTES:
+                raise H1Error(f"a response head larger than {MAX_HEAD_BYTES} bytes")
+            head = parse_head(self._buffer[:end])
+            self._buffer = self._buffer[end + 4 :]
+            if 100 <= head.status < 200 and head.status != 101:
+                continue  # 100 Continue, 103 Early Hints: the real head follows
+            self.leftover, self._buffer = self._buffer, b""
+            return head
+
+
+class ChunkedBody:
+    """A ``Transfer-Encoding: chunked`` body → its bytes, as slices of what was fed (no copy of
+    chunk data). Keeps at most one unfinished size or trailer line."""
+
+    def __init__(self) -> None:
+        self._line = b""  # an unfinished size, CRLF or trailer line
+        self._remaining = 0  # data bytes left in the current chunk
+        self._state = "size"  # size | data | data_end | trailer | done
+        self.leftover = b""  # what came after the body (a server that pipelines: nothing)
+
+    @property
+    def done(self) -> bool:
+        return self._state == "done"
+
+    def feed(self, data: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        pos = 0
+        size = len(data)
+        while pos < size:
+            state = self._state
+            if state == "data":
+                take = min(self._remaining, size - pos)
+                out.append(data[pos : pos + take])
+                pos += take
+                self._remaining -= take
+                if not self._remaining:
+                    self._state = "data_end"
+                continue
+            if state == "done":
+                self.leftover += data[pos:]
+                break
+            end = data.find(b"\n", pos)
+            if end < 0:
+                self._line += data[pos:]
+                if len(self._line) > MAX_LINE_BYTES:
+                    raise H1Error(f"a chunk line longer than {MAX_LINE_BYTES} bytes")
+                break
+            line = self._line + data[pos:end]
+            self._line = b""
+            pos = end + 1
+            if len(line) > MAX_LINE_BYTES:
+                raise H1Error(f"a chunk line longer than {MAX_LINE_BYTES} bytes")
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            self._line_done(line)
+        return out
+
+    def _line_done(self, line: bytes) -> None:
+        if self._state == "data_end":
+            if line:
+                raise H1Error(f"chunk data longer than its size: {line[:40]!r}")
+            self._state = "size"
+        elif self._state == "size":
+            text = line.split(b";", 1)[0].strip()
+            try:
+                if not text or text.startswith((b"+", b"-", b"0x", b"0X")):
+                    raise ValueError
+                self._remaining = int(text, 16)
+            except ValueError:
+                raise H1Error(f"not a chunk size: {line[:40]!r}") from None
+            self._state = "data" if self._remaining else "trailer"
+        elif not line:  # trailer: a blank line ends the body; trailer fields are ignored
+            self._state = "done"
+
+
+class LengthBody:
+    """A ``Content-Length`` body."""
+
+    def __init__(self, length: int) -> None:
+        self._remaining = length
+        self.leftover = b""
+
+    @property
+    def done(self) -> bool:
+        return not self._remaining
+
+    def feed(self, data: bytes) -> list[bytes]:
+        take = min(self._remaining, len(data))
+        self._remaining -= take
+        self.leftover += data[take:]
+        return [data[:take]] if take else []
+
+
+def body_reader(head: ResponseHead, *, method: str = "POST") -> ChunkedBody | LengthBody | None:
+    """How ``head``'s body is framed; None: it ends when the connection does."""
+    if head.status in (204, 304) or 100 <= head.status < 200 or method == "HEAD":
+        return LengthBody(0)
+    encoding = head.get("transfer-encoding")
+    if encoding is not None:
+        if encoding.lower().rsplit(",", 1)[-1].strip() != "chunked":
+            raise H1Error(f"a transfer-encoding other than chunked: {encoding!r}")
+        return ChunkedBody()
+    length = head.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise H1Error(f"not a content-length: {length!r}")
+        return LengthBody(int(length))
+    return None
