@@ -17,7 +17,7 @@ import trio
 
 from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
-from trio_gateway.events import Event, ResponseDone, TextDelta, Usage
+from trio_gateway.events import Event, ResponseDone, ResponseStarted, TextDelta, Usage
 from trio_gateway.providers import upstream as upstream_module
 from trio_gateway.providers.upstream import Upstream
 from trio_gateway.request import ChatRequest
@@ -191,6 +191,7 @@ async def test_a_whole_json_answer_becomes_the_stream_it_stands_for() -> None:
         return httpx.Response(200, json=COMPLETION)
 
     events = await collect(shell(handler))
+    assert ResponseStarted("p1") in events
     assert TextDelta("hello") in events
     assert Usage(prompt_tokens=3, completion_tokens=1) in events
     assert events[-1] == ResponseDone("stop")

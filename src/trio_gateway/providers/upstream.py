@@ -11,7 +11,7 @@ error text an upstream sends back.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import attrs
 import httpx
@@ -23,7 +23,7 @@ from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTim
 from trio_gateway.events import Event
 from trio_gateway.providers import dialect_for
 from trio_gateway.providers.dialect import Dialect, StreamParser
-from trio_gateway.providers.httpx_errors import map_httpx_errors, read_limited
+from trio_gateway.providers.h1_client import H1Pool, H1Response, Origin
 from trio_gateway.providers.read_timer import ReadTimer
 from trio_gateway.providers.translate import REDACTED, redact_credentials
 from trio_gateway.providers.vertex_auth import TokenSource
@@ -61,13 +61,24 @@ class Upstream:
         credential: TokenSource | None,
         client: httpx.AsyncClient,
         dialect: Dialect | None = None,
+        connect: Callable[[Origin], Awaitable[trio.abc.Stream]] | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
         self.gate = trio.CapacityLimiter(config.max_inflight)
         self.dialect = dialect if dialect is not None else dialect_for(config.type)
         self._credential = credential
+        # Probes of /load go through httpx; the chat exchange through the lean HTTP/1.1
+        # client, whose per-chunk read is a socket read and a few bytes.find (h1_client.py).
         self._client = client
+        self._h1 = H1Pool(
+            config.name,
+            max_idle=config.max_inflight,
+            idle_expiry_s=KEEPALIVE_EXPIRY_S,
+            connect_timeout_s=config.connect_timeout_s,
+            write_timeout_s=config.connect_timeout_s,
+            connect=connect,
+        )
         self._probe_request = ChatRequest(
             alias="(probe)",
             body={"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
@@ -174,39 +185,35 @@ class Upstream:
         meter: UsageMeter | None,
     ) -> None:
         config = self.config
-        with map_httpx_errors(self.name):
-            upstream_request = self._client.build_request(
-                "POST", url, content=body, headers=headers
-            )
-            try:
-                with trio.fail_at(first_deadline):
-                    response = await self._client.send(upstream_request, stream=True)
-            except trio.TooSlowError:
-                raise UpstreamTimeout(
-                    f"{self.name}: no response within {config.first_token_timeout_s:g} s",
-                    provider=self.name,
-                ) from None
-            try:
-                if response.status_code != 200:
-                    error_body = b""
-                    with trio.move_on_after(config.idle_timeout_s):
-                        error_body = await read_limited(response, MAX_ERROR_BODY_BYTES)
-                    raise self.dialect.classify_error(
-                        self.name, response.status_code, error_body, response.headers
-                    )
-                content_type = response.headers.get("content-type", "")
-                if content_type.startswith("application/json"):
-                    await self._whole(response, emit, first_deadline)
-                else:
-                    await self._relay(response, emit, first_deadline, meter)
-            finally:
-                await response.aclose()
+        try:
+            with trio.fail_at(first_deadline):
+                response = await self._h1.post(url, headers, body)
+        except trio.TooSlowError:
+            raise UpstreamTimeout(
+                f"{self.name}: no response within {config.first_token_timeout_s:g} s",
+                provider=self.name,
+            ) from None
+        try:
+            if response.status_code != 200:
+                error_body = b""
+                with trio.move_on_after(config.idle_timeout_s):
+                    error_body = await response.read_limited(MAX_ERROR_BODY_BYTES)
+                raise self.dialect.classify_error(
+                    self.name, response.status_code, error_body, response.headers
+                )
+            content_type = response.headers.get("content-type", "")
+            if content_type.startswith("application/json"):
+                await self._whole(response, emit, first_deadline)
+            else:
+                await self._relay(response, emit, first_deadline, meter)
+        finally:
+            await response.aclose()
 
-    async def _whole(self, response: httpx.Response, emit: Emit, first_deadline: float) -> None:
+    async def _whole(self, response: H1Response, emit: Emit, first_deadline: float) -> None:
         """A server that answered the stream request with one JSON body."""
         try:
             with trio.fail_at(first_deadline):
-                body = await read_limited(response, MAX_WHOLE_BODY_BYTES + 1)
+                body = await response.read_limited(MAX_WHOLE_BODY_BYTES + 1)
         except trio.TooSlowError:
             raise UpstreamTimeout(
                 f"{self.name}: no whole answer within {self.config.first_token_timeout_s:g} s",
@@ -222,7 +229,7 @@ class Upstream:
 
     async def _relay(
         self,
-        response: httpx.Response,
+        response: H1Response,
         emit: Emit,
         first_deadline: float,
         meter: UsageMeter | None,
@@ -236,17 +243,16 @@ class Upstream:
                 meter.partial = partial
 
     async def _read_stream(
-        self, response: httpx.Response, emit: Emit, first_deadline: float, parser: StreamParser
+        self, response: H1Response, emit: Emit, first_deadline: float, parser: StreamParser
     ) -> None:
         config = self.config
         decoder = SSEDecoder()
-        chunks = response.aiter_bytes()
         timer = ReadTimer(first_deadline=first_deadline, idle_s=config.idle_timeout_s)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(timer.watch)
                 with timer.scope:
-                    await self._read_events(chunks, decoder, parser, emit, timer)
+                    await self._read_events(response, decoder, parser, emit, timer)
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # The watcher raises nothing of its own: a lone error is the reads', and callers
@@ -263,8 +269,8 @@ class Upstream:
         if parser.done:
             # The answer is whole. Read to the end of the body, briefly, so the connection can
             # be reused; a server that lingers is not worth holding the client for.
-            with trio.move_on_after(AFTER_DONE_GRACE_S), contextlib.suppress(httpx.HTTPError):
-                async for _ in chunks:
+            with trio.move_on_after(AFTER_DONE_GRACE_S), contextlib.suppress(GatewayError):
+                while await response.receive():
                     pass
             return
         try:
@@ -280,7 +286,7 @@ class Upstream:
 
     async def _read_events(
         self,
-        chunks: AsyncIterator[bytes],
+        response: H1Response,
         decoder: SSEDecoder,
         parser: StreamParser,
         emit: Emit,
@@ -289,13 +295,14 @@ class Upstream:
         """Reads, decodes and emits until the body or the answer ends: the per-chunk path."""
         while True:
             timer.reading()
-            try:
-                chunk = await chunks.__anext__()
-            except StopAsyncIteration:
-                return
+            parts = await response.receive()
             timer.read_done()
+            if not parts:
+                if response.ended:
+                    return
+                continue
             try:
-                sses = decoder.feed(chunk)
+                sses = decoder.feed(parts[0]) if len(parts) == 1 else decoder.feed(b"".join(parts))
             except SSEDecodeError as exc:
                 raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
             for sse in sses:

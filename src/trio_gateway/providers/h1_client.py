@@ -1,0 +1,326 @@
+"""The streaming request's HTTP/1.1 client: one request on a trio stream, read by ``h1.py``.
+
+The per-chunk read is one ``receive_some`` and a few ``bytes.find``: no async generator layers,
+no cancel scope per read (the caller's ``ReadTimer`` bounds reads), no second parser. Everything
+else the upstream exchange needs is here too, and nothing more: a bounded set of idle
+connections per origin, TLS with httpx's trust store, and the one boundary where socket, TLS
+and protocol failures become the gateway's errors, named as before (``cannot connect``,
+``connect timed out``, ``connection lost``).
+
+A connection goes back to the idle set only after a whole body on a keep-alive response;
+anything else (an error, a cancel, a body not read to its end) closes it. Idle connections are
+dropped after ``idle_expiry_s``, below the servers' own idle timeouts; one a server closed
+anyway is noticed before use (it is readable), and a request whose reused connection failed
+before a single response byte is sent once more on a new one: the server cannot have run it.
+"""
+
+from __future__ import annotations
+
+import select
+import ssl
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+import attrs
+import httpx
+import trio
+
+from trio_gateway.errors import UpstreamProtocolError, UpstreamUnreachable
+from trio_gateway.providers.h1 import (
+    ChunkedBody,
+    H1Error,
+    HeadReader,
+    LengthBody,
+    ResponseHead,
+    body_reader,
+)
+
+READ_BYTES = 65536
+CLOSE_TIMEOUT_S = 1.0
+
+
+@attrs.frozen
+class Origin:
+    scheme: str
+    host: str
+    port: int
+
+
+def split_url(url: str) -> tuple[Origin, str, str]:
+    """``url`` → its origin, the request target (path and query) and the Host header."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    default = 443 if parts.scheme == "https" else 80
+    port = parts.port or default
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    host_header = host if port == default else f"{host}:{port}"
+    return Origin(parts.scheme, parts.hostname, port), target, host_header
+
+
+def encode_request(target: str, host: str, headers: dict[str, str], body: bytes) -> bytes:
+    lines = [f"POST {target} HTTP/1.1", f"host: {host}", f"content-length: {len(body)}"]
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+            raise ValueError(f"header {name!r} holds a line break or a colon")
+        if name.lower() not in ("host", "content-length"):
+            lines.append(f"{name}: {value}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def _socket_of(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
+    inner = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+    return inner.socket if isinstance(inner, trio.SocketStream) else None
+
+
+def _readable(stream: trio.abc.Stream) -> bool:
+    """An idle connection with something to read was closed (or is talking nonsense)."""
+    sock = _socket_of(stream)
+    if sock is None:  # an in-memory stream (tests): nothing to look at
+        return False
+    readable, _, _ = select.select([sock.fileno()], [], [], 0)
+    return bool(readable)
+
+
+async def _close(stream: trio.abc.Stream) -> None:
+    with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
+        await trio.aclose_forcefully(stream)
+
+
+class H1Pool:
+    """Connections to the origins of one provider."""
+
+    def __init__(
+        self,
+        provider: str,
+        *,
+        max_idle: int,
+        idle_expiry_s: float,
+        connect_timeout_s: float,
+        write_timeout_s: float,
+        connect: Callable[[Origin], Awaitable[trio.abc.Stream]] | None = None,
+    ) -> None:
+        self.provider = provider
+        # Tests put an in-memory server here; by default, TCP (and TLS for https).
+        self._connect = connect or self._open
+        self.max_idle = max_idle
+        self.idle_expiry_s = idle_expiry_s
+        self.connect_timeout_s = connect_timeout_s
+        self.write_timeout_s = write_timeout_s
+        self._idle: dict[Origin, list[tuple[trio.abc.Stream, float]]] = {}
+        self._ssl: ssl.SSLContext | None = None
+
+    def idle_count(self) -> int:
+        return sum(len(v) for v in self._idle.values())
+
+    def _take_idle(self, origin: Origin) -> trio.abc.Stream | None:
+        idle = self._idle.get(origin)
+        now = trio.current_time()
+        while idle:
+            stream, since = idle.pop()
+            if now - since < self.idle_expiry_s and not _readable(stream):
+                return stream
+            _close_now(stream)
+        return None
+
+    def put_idle(self, origin: Origin, stream: trio.abc.Stream) -> bool:
+        idle = self._idle.setdefault(origin, [])
+        if len(idle) >= self.max_idle:
+            return False
+        idle.append((stream, trio.current_time()))
+        return True
+
+    async def _open(self, origin: Origin) -> trio.abc.Stream:
+        stream: trio.abc.Stream = await trio.open_tcp_stream(origin.host, origin.port)
+        if origin.scheme == "https":
+            if self._ssl is None:
+                self._ssl = httpx.create_ssl_context()
+                self._ssl.set_alpn_protocols(["http/1.1"])
+            tls = trio.SSLStream(
+                stream, self._ssl, server_hostname=origin.host, https_compatible=True
+            )
+            await tls.do_handshake()
+            stream = tls
+        return stream
+
+    async def _dial(self, origin: Origin) -> trio.abc.Stream:
+        name = self.provider
+        try:
+            with trio.fail_after(self.connect_timeout_s):
+                stream = await self._connect(origin)
+        except trio.TooSlowError:
+            raise UpstreamUnreachable(f"{name}: connect timed out", provider=name) from None
+        except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
+            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+            raise UpstreamUnreachable(
+                f"{name}: cannot connect ({cause or 'connection refused'})", provider=name
+            ) from None
+        return stream
+
+    async def post(self, url: str, headers: dict[str, str], body: bytes) -> H1Response:
+        """Send the request and read the response head; the caller bounds the whole with its
+        own deadline (the first-token deadline) and must ``aclose`` the response."""
+        origin, target, host = split_url(url)
+        try:
+            payload = encode_request(target, host, headers, body)
+        except ValueError as exc:
+            raise UpstreamProtocolError(f"{self.provider}: {exc}", provider=self.provider) from None
+        stream = self._take_idle(origin)
+        if stream is not None:
+            response = await self._exchange(origin, stream, payload, reused=True)
+            if response is not None:
+                return response
+        response = await self._exchange(origin, await self._dial(origin), payload, reused=False)
+        assert response is not None
+        return response
+
+    async def _exchange(
+        self, origin: Origin, stream: trio.abc.Stream, payload: bytes, *, reused: bool
+    ) -> H1Response | None:
+        """None: a reused connection failed before any response byte (send again, anew)."""
+        name = self.provider
+        reader = HeadReader()
+        got_bytes = False
+        try:
+            with trio.move_on_after(self.write_timeout_s) as late:
+                await stream.send_all(payload)
+            if late.cancelled_caught:
+                raise UpstreamProtocolError(
+                    f"{name}: the request could not be sent within {self.write_timeout_s:g} s",
+                    provider=name,
+                )
+            while True:
+                data = bytes(await stream.receive_some(READ_BYTES))
+                if not data:
+                    if reused and not got_bytes:
+                        await _close(stream)
+                        return None
+                    raise UpstreamProtocolError(
+                        f"{name}: connection lost (server disconnected without sending a response)",
+                        provider=name,
+                    )
+                got_bytes = True
+                head = reader.feed(data)
+                if head is not None:
+                    break
+            body = body_reader(head)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            await _close(stream)
+            if reused and not got_bytes:
+                return None
+            raise UpstreamProtocolError(
+                f"{name}: connection lost ({_describe(exc)})", provider=name
+            ) from None
+        except H1Error as exc:
+            await _close(stream)
+            raise UpstreamProtocolError(f"{name}: {exc}", provider=name) from None
+        except BaseException:
+            await _close(stream)
+            raise
+        return H1Response(self, origin, stream, head, body, reader.leftover)
+
+
+def _describe(exc: BaseException) -> str:
+    cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+    return str(cause) or cause.__class__.__name__
+
+
+def _close_now(stream: trio.abc.Stream) -> None:
+    """Close without waiting (an idle connection that is stale: nothing to say to it)."""
+    sock = _socket_of(stream)
+    if sock is not None:
+        sock.close()
+
+
+class H1Response:
+    """One response: its head, and its body read part by part."""
+
+    def __init__(
+        self,
+        pool: H1Pool,
+        origin: Origin,
+        stream: trio.abc.Stream,
+        head: ResponseHead,
+        body: ChunkedBody | LengthBody | None,
+        leftover: bytes,
+    ) -> None:
+        self._pool = pool
+        self._origin = origin
+        self._stream: trio.abc.Stream | None = stream
+        self.head = head
+        self.status_code = head.status
+        self.headers = httpx.Headers(list(head.headers))
+        self._body = body
+        self._leftover = leftover
+        self._ended = body is not None and body.done and not leftover
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    async def receive(self) -> list[bytes]:
+        """The next body bytes, as they arrived ([] once the body ended)."""
+        if self._ended:
+            return []
+        body = self._body
+        if self._leftover:
+            data, self._leftover = self._leftover, b""
+        else:
+            data = await self._receive()
+            if not data:
+                if body is None:  # framed by the connection's end: this is the end
+                    self._ended = True
+                    return []
+                raise UpstreamProtocolError(
+                    f"{self._pool.provider}: connection lost (the body ended before its end)",
+                    provider=self._pool.provider,
+                )
+        if body is None:
+            return [data]
+        try:
+            parts = body.feed(data)
+        except H1Error as exc:
+            raise UpstreamProtocolError(
+                f"{self._pool.provider}: {exc}", provider=self._pool.provider
+            ) from None
+        if body.done:
+            self._ended = True
+        return parts
+
+    async def _receive(self) -> bytes:
+        assert self._stream is not None
+        try:
+            # bytes() of bytes is the same object: a copy only for TLS's bytearray.
+            return bytes(await self._stream.receive_some(READ_BYTES))
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise UpstreamProtocolError(
+                f"{self._pool.provider}: connection lost ({_describe(exc)})",
+                provider=self._pool.provider,
+            ) from None
+
+    async def read_limited(self, limit: int) -> bytes:
+        """At most ``limit`` bytes of the body (error bodies, whole answers)."""
+        parts: list[bytes] = []
+        size = 0
+        while size < limit:
+            got = await self.receive()
+            if not got:
+                if self._ended:
+                    break
+                continue
+            parts += got
+            size += sum(len(p) for p in got)
+        return b"".join(parts)[:limit]
+
+    async def aclose(self) -> None:
+        """Give the connection back if the body was read whole on a keep-alive response;
+        else close it."""
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return
+        leftover = self._body.leftover if self._body is not None else b""
+        reusable = self._ended and self._body is not None and self.head.keep_alive and not leftover
+        if reusable and self._pool.put_idle(self._origin, stream):
+            return
+        await _close(stream)

@@ -1,0 +1,246 @@
+"""The streaming path's HTTP/1.1 client against real sockets: reuse, staleness, failures."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+
+import pytest
+import trio
+
+from trio_gateway.errors import UpstreamProtocolError, UpstreamUnreachable
+from trio_gateway.providers.h1_client import H1Pool, H1Response, encode_request, split_url
+
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+Handler = Callable[[trio.SocketStream, int], Awaitable[None]]
+
+
+async def read_request(stream: trio.SocketStream) -> bytes:
+    """One request (head and content-length body), or b"" when the client closed."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = await stream.receive_some(65536)
+        if not more:
+            return b""
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1])
+        for line in head.split(b"\r\n")
+        if line.startswith(b"content-length")
+    )
+    while len(body) < length:
+        body += await stream.receive_some(65536)
+    return head
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+@asynccontextmanager
+async def server(handler: Handler) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server on a free port; ``handler(stream, n)`` serves its n-th connection. Yields the
+    URL and the list of connections accepted so far."""
+    accepted: list[int] = []
+
+    async def serve(stream: trio.SocketStream) -> None:
+        accepted.append(len(accepted))
+        # A client that closes mid-answer is what some tests do: not the server's failure.
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await handler(stream, accepted[-1])
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        yield f"http://127.0.0.1:{port}/v1/chat/completions", accepted
+        nursery.cancel_scope.cancel()
+
+
+def pool() -> H1Pool:
+    return H1Pool("up", max_idle=4, idle_expiry_s=60, connect_timeout_s=2, write_timeout_s=2)
+
+
+async def read_all(response: H1Response) -> bytes:
+    out = b""
+    while parts := await response.receive():
+        out += b"".join(parts)
+    return out
+
+
+async def sse_forever(stream: trio.SocketStream, _: int) -> None:
+    """Keep-alive: answers every request on the connection with two events."""
+    while await read_request(stream):
+        await stream.send_all(SSE_HEAD + chunk(b"data: a\n\n"))
+        await stream.send_all(chunk(b"data: b\n\n") + b"0\r\n\r\n")
+
+
+async def test_a_stream_is_read_and_its_connection_reused() -> None:
+    async with server(sse_forever) as (url, accepted):
+        client = pool()
+        for _ in range(3):
+            response = await client.post(url, {"authorization": "Bearer k"}, b"{}")
+            assert response.status_code == 200
+            assert response.headers["content-type"] == "text/event-stream"
+            assert await read_all(response) == b"data: a\n\ndata: b\n\n"
+            await response.aclose()
+            assert client.idle_count() == 1
+    assert accepted == [0]
+
+
+async def test_a_body_not_read_to_its_end_closes_the_connection() -> None:
+    async def first_never_ends(stream: trio.SocketStream, n: int) -> None:
+        if n > 0:
+            await sse_forever(stream, n)
+            return
+        await read_request(stream)
+        await stream.send_all(SSE_HEAD + chunk(b"data: a\n\n"))
+        await trio.sleep_forever()
+
+    async with server(first_never_ends) as (url, accepted):
+        client = pool()
+        response = await client.post(url, {}, b"{}")
+        await response.receive()
+        await response.aclose()
+        assert client.idle_count() == 0
+        await read_all(await client.post(url, {}, b"{}"))
+    assert accepted == [0, 1]
+
+
+async def test_connection_close_is_honoured() -> None:
+    async def once(stream: trio.SocketStream, _: int) -> None:
+        await read_request(stream)
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"
+        )
+
+    async with server(once) as (url, accepted):
+        client = pool()
+        for _ in range(2):
+            response = await client.post(url, {}, b"{}")
+            assert await response.read_limited(100) == b"ok"
+            await response.aclose()
+    assert accepted == [0, 1]
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_used() -> None:
+    async def one_then_close(stream: trio.SocketStream, _: int) -> None:
+        await read_request(stream)
+        await stream.send_all(SSE_HEAD + b"0\r\n\r\n")
+        await stream.aclose()  # the server's idle timeout, at once
+
+    async with server(one_then_close) as (url, accepted):
+        client = pool()
+        first = await client.post(url, {}, b"{}")
+        assert await read_all(first) == b""
+        await first.aclose()
+        assert client.idle_count() == 1
+        await trio.sleep(0.05)  # the FIN has to arrive: real sockets, no clock to jump
+        response = await client.post(url, {}, b"{}")
+        assert response.status_code == 200
+        await response.aclose()
+    assert accepted == [0, 1]
+
+
+async def test_a_reused_connection_that_fails_before_any_byte_is_replaced_once() -> None:
+    """The keep-alive race: the server closes just as the request is written."""
+
+    async def race(stream: trio.SocketStream, n: int) -> None:
+        if n > 0:
+            await sse_forever(stream, n)
+            return
+        await read_request(stream)
+        await stream.send_all(SSE_HEAD + b"0\r\n\r\n")
+        await read_request(stream)  # takes the second request...
+        await stream.aclose()  # ...and closes without an answer
+
+    async with server(race) as (url, accepted):
+        client = pool()
+        first = await client.post(url, {}, b"{}")
+        await read_all(first)
+        await first.aclose()
+        assert client.idle_count() == 1
+        response = await client.post(url, {}, b"{}")
+        assert await read_all(response) == b"data: a\n\ndata: b\n\n"
+        await response.aclose()
+    assert accepted == [0, 1]
+
+
+async def test_a_new_connection_closed_before_an_answer_is_connection_lost() -> None:
+    async def hang_up(stream: trio.SocketStream, _: int) -> None:
+        await read_request(stream)
+        await stream.aclose()
+
+    async with server(hang_up) as (url, _):
+        with pytest.raises(UpstreamProtocolError, match=r"connection lost \(server disconnected"):
+            await pool().post(url, {}, b"{}")
+
+
+async def test_a_body_cut_mid_chunk_is_connection_lost() -> None:
+    async def cut(stream: trio.SocketStream, _: int) -> None:
+        await read_request(stream)
+        await stream.send_all(SSE_HEAD + b"20\r\ndata: only part")
+        await stream.aclose()
+
+    async with server(cut) as (url, _):
+        response = await pool().post(url, {}, b"{}")
+        assert await response.receive() == [b"data: only part"]
+        with pytest.raises(UpstreamProtocolError, match="connection lost"):
+            await response.receive()
+        await response.aclose()
+
+
+async def test_a_malformed_answer_is_a_protocol_error() -> None:
+    async def garbage(stream: trio.SocketStream, _: int) -> None:
+        await read_request(stream)
+        await stream.send_all(b"SSH-2.0-OpenSSH\r\n\r\n")
+
+    async with server(garbage) as (url, _):
+        with pytest.raises(UpstreamProtocolError, match=r"not an HTTP/1\.x status line"):
+            await pool().post(url, {}, b"{}")
+
+
+async def test_nobody_listening_is_cannot_connect() -> None:
+    with trio.socket.socket() as sock:
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(UpstreamUnreachable, match="up: cannot connect"):
+        await pool().post(f"http://127.0.0.1:{port}/v1", {}, b"{}")
+
+
+async def test_a_cancelled_read_closes_the_connection() -> None:
+    async def slow(stream: trio.SocketStream, _: int) -> None:
+        await read_request(stream)
+        await stream.send_all(SSE_HEAD + chunk(b"data: a\n\n"))
+        await trio.sleep_forever()
+
+    async with server(slow) as (url, _):
+        client = pool()
+        response = await client.post(url, {}, b"{}")
+        await response.receive()
+        with trio.move_on_after(0.05):
+            await response.receive()
+        await response.aclose()
+        assert client.idle_count() == 0
+
+
+def test_the_request_on_the_wire() -> None:
+    origin, target, host = split_url("https://api.example.com/v1beta/models/x:stream?alt=sse")
+    assert (origin.port, target, host) == (
+        443,
+        "/v1beta/models/x:stream?alt=sse",
+        "api.example.com",
+    )
+    assert split_url("http://10.0.0.1:8000/v1/chat")[2] == "10.0.0.1:8000"
+    wire = encode_request(target, host, {"authorization": "Bearer k", "Host": "evil"}, b"{}")
+    assert wire == (
+        b"POST /v1beta/models/x:stream?alt=sse HTTP/1.1\r\nhost: api.example.com\r\n"
+        b"content-length: 2\r\nauthorization: Bearer k\r\n\r\n{}"
+    )
+    with pytest.raises(ValueError, match="line break"):
+        encode_request("/", "h", {"x-id": "a\r\nx-admin: 1"}, b"")
