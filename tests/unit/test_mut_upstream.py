@@ -1,4 +1,4 @@
-"""The provider I/O shell (``providers/upstream.py``) against ``httpx.MockTransport``.
+"""The provider I/O shell (``providers/upstream.py``) against in-memory upstreams.
 
 Written for mutation testing (docs/testing.md): the end-to-end tests reach the streamed path
 through a real simulator, but not ``/load``, the probe's request, a whole (non-streamed)
@@ -15,6 +15,7 @@ import httpx
 import pytest
 import trio
 
+from tests.h1_mock import handler_connect
 from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.events import Event, ResponseDone, ResponseStarted, TextDelta, Usage
@@ -42,8 +43,10 @@ def provider(**overrides: Any) -> ProviderConfig:
 
 
 def shell(handler: Handler, credential: Any = None, **overrides: Any) -> Upstream:
+    # /load goes through httpx; the chat exchange through the HTTP/1.1 client, served by the
+    # same handler in memory (tests/h1_mock.py).
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    return Upstream(provider(**overrides), credential, client)
+    return Upstream(provider(**overrides), credential, client, connect=handler_connect(handler))
 
 
 def chat() -> ChatRequest:
