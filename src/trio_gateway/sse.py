@@ -128,8 +128,9 @@ def json_data(data: bytes) -> object:
     """An event's data as JSON, what ``json.loads`` returns or raises (ValueError) for it read
     as UTF-8, at about half the cost of ``json.loads(bytes)`` on the per-chunk path: SSE is
     UTF-8 by definition, so the encoding sniffing (UTF-16, UTF-32) is skipped, and a compact
-    object (what every vendor sends) is decoded without the whitespace matching around it. Anything else falls back to
-    ``json.loads``, which accepts or refuses it with its own message."""
+    object (what every vendor sends) is decoded without the whitespace matching around it.
+    Anything else falls back to ``json.loads``, which accepts or refuses it with its own
+    message."""
     text = data.decode()
     try:
         value, end = _DECODER.raw_decode(text)
