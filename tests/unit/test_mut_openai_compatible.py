@@ -407,3 +407,51 @@ def test_the_dialect_builds_the_call_parses_and_classifies() -> None:
     assert error.retry_after_s == 3
     assert error.provider == "p"
     assert "later" in error.message
+
+
+def test_the_assembler_s_bound_is_the_message() -> None:
+    parser = ChunkParser("p")
+    parser.feed_data(delta(tool_calls=[{"index": 0, "id": "a", "function": {"name": "f"}}]))
+    with pytest.raises(UpstreamProtocolError) as caught:
+        parser.feed_data(
+            delta(tool_calls=[{"index": 0, "function": {"arguments": "x" * (1 << 21)}}])
+        )
+    assert caught.value.message == (
+        "p sent a malformed chunk: tool call 0 arguments exceed 1048576 bytes"
+    )
+
+
+def test_a_close_before_the_finish_names_the_provider() -> None:
+    parser = ChunkParser("p")
+    parser.feed_data(delta(content="x"))
+    with pytest.raises(UpstreamProtocolError) as caught:
+        parser.close()
+    assert caught.value.provider == "p"
+
+
+def test_a_whole_answer_s_tool_calls_that_are_not_a_list_are_ignored() -> None:
+    body = data(
+        {"choices": [{"message": {"content": "hi", "tool_calls": "x"}, "finish_reason": "stop"}]}
+    )
+    assert parse_completion("p", body) == [
+        ResponseStarted("p"),
+        TextDelta("hi"),
+        ResponseDone("stop"),
+    ]
+
+
+def test_a_whole_answer_through_the_dialect_names_the_provider() -> None:
+    body = data({"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}]})
+    assert OpenAICompatibleDialect().parse_whole("p", body)[0] == ResponseStarted("p")
+
+
+def test_the_closing_errors_name_the_provider() -> None:
+    parser = ChunkParser("p")
+    parser.feed_data(data({"choices": [{"delta": {}, "finish_reason": "stop"}]}))
+    parser.feed_data(b"[DONE]")
+    with pytest.raises(UpstreamProtocolError) as caught:
+        parser.feed_data(delta(content="x"))
+    assert caught.value.provider == "p"
+    with pytest.raises(UpstreamProtocolError) as caught:
+        ChunkParser("p").feed_data(b"[DONE]")
+    assert caught.value.provider == "p"

@@ -4,7 +4,10 @@ Reads mutmut's results (``mutants/**/*.py.meta``) and the equivalent mutants lis
 ``tools/mutation/equivalent.txt`` (``mutant-name  # reason``, one a line). A survivor that is
 neither killed nor listed is printed with its name, so ``mutmut show NAME`` tells what it is.
 
-    .venv/bin/python tools/mutation/report.py [--min-score 90]
+    .venv/bin/python tools/mutation/report.py [--min-score 90] [--only PREFIX ...]
+
+``--only`` keeps the mutants whose name starts with one of the prefixes (``make mutation-core``
+and ``make mutation-providers`` each report their own part: the other part is not checked).
 
 Exit status 1 when the score is under ``--min-score``, or when the equivalent list names a
 mutant that no longer exists or that a test now kills (the list must not go stale).
@@ -86,13 +89,20 @@ def main() -> int:
     parser.add_argument("--mutants", type=Path, default=ROOT / "mutants")
     parser.add_argument("--equivalent", type=Path, default=EQUIVALENT)
     parser.add_argument("--min-score", type=float, default=0.0)
+    parser.add_argument(
+        "--only", nargs="+", default=None, metavar="PREFIX", help="mutant name prefixes"
+    )
     args = parser.parse_args()
 
     results = read_results(args.mutants)
+    equivalent = read_equivalent(args.equivalent)
+    if args.only:
+        prefixes = tuple(args.only)
+        results = {name: code for name, code in results.items() if name.startswith(prefixes)}
+        equivalent = {name: why for name, why in equivalent.items() if name.startswith(prefixes)}
     if not results:
         print(f"no results under {args.mutants}: run `make mutation` first", file=sys.stderr)
         return 1
-    equivalent = read_equivalent(args.equivalent)
 
     stale = sorted(name for name in equivalent if name not in results)
     killed_but_listed = sorted(
