@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import resource
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -11,7 +14,13 @@ import pytest
 import trio
 
 from trio_gateway.errors import UpstreamProtocolError, UpstreamUnreachable
-from trio_gateway.providers.h1_client import H1Pool, H1Response, encode_request, split_url
+from trio_gateway.providers.h1_client import (
+    H1Pool,
+    H1Response,
+    _readable,
+    encode_request,
+    split_url,
+)
 
 SSE_HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -244,3 +253,24 @@ def test_the_request_on_the_wire() -> None:
     )
     with pytest.raises(ValueError, match="line break"):
         encode_request("/", "h", {"x-id": "a\r\nx-admin: 1"}, b"")
+
+
+async def test_an_idle_connection_past_descriptor_1024_is_checked_too() -> None:
+    """select() refuses descriptors past FD_SETSIZE (1024); a gateway with thousands of streams
+    has them, so the staleness check must not use it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.fail(f"RLIMIT_NOFILE hard limit {hard}: this test needs 1,200 descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    a, b = socket.socketpair()
+    high = fcntl.fcntl(a.fileno(), fcntl.F_DUPFD, 1100)
+    a.close()
+    try:
+        stream = trio.SocketStream(trio.socket.from_stdlib_socket(socket.socket(fileno=high)))
+        assert stream.socket.fileno() >= 1024
+        assert not _readable(stream)
+        b.close()  # the "server" closes the idle connection
+        assert _readable(stream)
+        await stream.aclose()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

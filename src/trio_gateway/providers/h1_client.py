@@ -79,8 +79,11 @@ def _readable(stream: trio.abc.Stream) -> bool:
     sock = _socket_of(stream)
     if sock is None:  # an in-memory stream (tests): nothing to look at
         return False
-    readable, _, _ = select.select([sock.fileno()], [], [], 0)
-    return bool(readable)
+    # poll, not select: select refuses descriptors past 1024, and a gateway holding thousands
+    # of streams has them (the scale benchmark turned them into 500s).
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 async def _close(stream: trio.abc.Stream) -> None:
