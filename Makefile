@@ -43,7 +43,20 @@ $(CHROMIUM):
 	$(SUDO) apt-get install -y -q --no-install-recommends chromium \
 	  || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends chromium)
 
-unit: $(STAMP) $(CHROMIUM)
+# Budgets, rate limits and the usage stream are tested against a real redis-server (started by
+# the tests on a free port); a listening socket's backlog is read with iproute2's ss.
+REDIS_SERVER := /usr/bin/redis-server
+SS := /usr/bin/ss
+APT_GET = $(SUDO) apt-get install -y -q --no-install-recommends $(1) \
+	  || ($(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends $(1))
+
+$(REDIS_SERVER):
+	$(call APT_GET,redis-server)
+
+$(SS):
+	$(call APT_GET,iproute2)
+
+unit: $(STAMP) $(CHROMIUM) $(REDIS_SERVER) $(SS)
 	$(BIN)/pytest -q -m "not vllm"
 
 test: lint typecheck unit

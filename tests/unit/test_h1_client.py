@@ -274,3 +274,43 @@ async def test_an_idle_connection_past_descriptor_1024_is_checked_too() -> None:
         await stream.aclose()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_idle_connections_are_bounded_when_many_end_at_once() -> None:
+    """Ten streams at once, each on its own connection: when they all end, at most max_idle
+    (4) stay open; the rest are closed, and the next requests reuse the kept ones."""
+    release, all_open = trio.Event(), trio.Event()
+    heads = 0
+
+    async def held(stream: trio.SocketStream, _: int) -> None:
+        nonlocal heads
+        while await read_request(stream):
+            await stream.send_all(SSE_HEAD + chunk(b"data: a\n\n"))
+            heads += 1
+            if heads == 10:
+                all_open.set()
+            await release.wait()
+            await stream.send_all(b"0\r\n\r\n")
+
+    async with server(held) as (url, accepted):
+        client = pool()
+        ended = 0
+
+        async def one() -> None:
+            nonlocal ended
+            response = await client.post(url, {}, b"{}")
+            await read_all(response)
+            await response.aclose()
+            ended += 1
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(10):
+                nursery.start_soon(one)
+            await all_open.wait()  # ten answers open at once, on ten connections
+            release.set()
+        assert ended == 10 and len(accepted) == 10
+        assert client.idle_count() == 4
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(one)
+        assert len(accepted) == 10 and client.idle_count() == 4
