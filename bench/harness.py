@@ -461,3 +461,50 @@ def targets_text(verdicts: Sequence[dict[str, Any]]) -> str:
         state = "n/a" if v["met"] is None else ("met" if v["met"] else "MISSED")
         lines.append(f"- {v['target']}: {shown} ({state})")
     return "\n".join(lines)
+
+
+def run_scenario(
+    common: Common,
+    *,
+    scenario: str,
+    label: str,
+    when: str,
+    sim: SimSettings | None,
+    gateway: GatewaySettings,
+    logs: Path,
+    run_one: Any,
+    targets: Any,
+    table: Any,
+    config: Any,
+    extra: dict[str, Any] | None = None,
+) -> list[Any]:
+    """One scenario's three modes on one stack, then its JSON result, table and verdicts: the
+    part every scenario shares. ``run_one(stack, mode)`` gives a mode's row; ``targets(rows)``
+    its verdicts; ``table(rows)`` the markdown printed."""
+    load_before = loadavg()
+    note(f"scenario {label} ({scenario}): load average {load_before}")
+    started = time.monotonic()
+    with stack(common, sim, gateway, logs) as st:
+        rows = run_modes(common, st, lambda mode: run_one(st, mode))
+    wall_s = time.monotonic() - started
+    verdicts = targets(rows)
+    path = write_result(
+        common,
+        scenario,
+        when,
+        {
+            "config": attrs.asdict(config),
+            "sim": attrs.asdict(sim) if sim is not None else None,
+            "gateway": attrs.asdict(gateway),
+            **(extra or {}),
+            "loadavg_before": load_before,
+            "wall_s": wall_s,
+            "rows": rows,
+            "targets": verdicts,
+            "log_problems": {p.name: log_problems(p) for p in logs.glob("*.log")},
+        },
+    )
+    print(table(rows))
+    print(targets_text(verdicts))
+    note(f"results: {path} ({wall_s:.0f} s)")
+    return rows

@@ -27,7 +27,6 @@ import trio
 
 from bench import harness
 from bench.harness import LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
-from bench.procstat import loadavg
 from bench.rawhttp import RequestFailed, Response, connect, error_code, post_bytes
 
 SCENARIO = "overhead"
@@ -225,31 +224,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # Enough slots for every client at once, and a long queue wait: nothing is refused.
     gateway = GatewaySettings(max_inflight=max(64, cfg.concurrency), queue_timeout_s=30.0)
-    load_before = loadavg()
-    harness.note(f"scenario A ({SCENARIO}): load average {load_before}")
-    started = time.monotonic()
-    with harness.stack(common, sim, gateway, logs) as st:
-        rows = harness.run_modes(common, st, lambda mode: run_mode(st, mode, cfg))
-    wall_s = time.monotonic() - started
-    verdicts = targets(rows)
-    path = harness.write_result(
+    rows = harness.run_scenario(
         common,
-        SCENARIO,
-        when,
-        {
-            "config": attrs.asdict(cfg),
-            "sim": attrs.asdict(sim) if sim else "bench/fast_upstream.py",
-            "gateway": attrs.asdict(gateway),
-            "loadavg_before": load_before,
-            "wall_s": wall_s,
-            "rows": rows,
-            "targets": verdicts,
-            "log_problems": {p.name: harness.log_problems(p) for p in logs.glob("*.log")},
-        },
+        scenario=SCENARIO,
+        label="A",
+        when=when,
+        sim=sim,
+        gateway=gateway,
+        logs=logs,
+        run_one=lambda st, mode: run_mode(st, mode, cfg),
+        targets=targets,
+        table=table,
+        config=cfg,
+        extra={"upstream": "simulator" if sim else "bench/fast_upstream.py"},
     )
-    print(table(rows))
-    print(harness.targets_text(verdicts))
-    harness.note(f"results: {path} ({wall_s:.0f} s)")
     if common.plots:
         from bench.plots import cdf_panels
 

@@ -36,7 +36,7 @@ import trio
 
 from bench import harness
 from bench.harness import LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
-from bench.procstat import connections, loadavg, raise_nofile_limit
+from bench.procstat import connections, raise_nofile_limit
 from bench.rawhttp import StreamResult, stream_chat
 from bench.sim_server import read_abort_log
 from bench.streams import HOST, chat_request, failures_text, summarize
@@ -312,32 +312,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim = SimSettings(max_num_seqs=slots, decode_step_s=1.0 / cfg.tokens_per_s)
     # A slot for every stream: nothing waits in the gateway, nothing is refused.
     gateway = GatewaySettings(max_inflight=slots, queue_timeout_s=cfg.deadline_s)
-    load_before = loadavg()
-    harness.note(f"scenario D ({SCENARIO}): load average {load_before}")
-    started = time.monotonic()
-    with harness.stack(common, sim, gateway, logs) as st:
-        rows = harness.run_modes(common, st, lambda mode: run_mode(st, mode, cfg))
-    wall_s = time.monotonic() - started
-    verdicts = targets(rows)
-    path = harness.write_result(
+    rows = harness.run_scenario(
         common,
-        SCENARIO,
-        when,
-        {
-            "config": attrs.asdict(cfg),
-            "sim": attrs.asdict(sim),
-            "gateway": attrs.asdict(gateway),
-            "rlimit_nofile": [soft, hard],
-            "loadavg_before": load_before,
-            "wall_s": wall_s,
-            "rows": rows,
-            "targets": verdicts,
-            "log_problems": {p.name: harness.log_problems(p) for p in logs.glob("*.log")},
-        },
+        scenario=SCENARIO,
+        label="D",
+        when=when,
+        sim=sim,
+        gateway=gateway,
+        logs=logs,
+        run_one=lambda st, mode: run_mode(st, mode, cfg),
+        targets=targets,
+        table=table,
+        config=cfg,
+        extra={"rlimit_nofile": [soft, hard]},
     )
-    print(table(rows))
-    print(harness.targets_text(verdicts))
-    harness.note(f"results: {path} ({wall_s:.0f} s)")
     if common.plots:
         from bench.plots import cdf_panels
 

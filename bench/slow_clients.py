@@ -33,7 +33,6 @@ import trio
 
 from bench import harness
 from bench.harness import LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
-from bench.procstat import loadavg
 from bench.rawhttp import RequestFailed, StreamResult, connect, stream_chat
 from bench.sim_server import read_abort_log
 from bench.streams import HOST, chat_request, summarize
@@ -321,31 +320,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         queue_timeout_s=60.0,
         server_extra=f"client_stall_timeout_s = {cfg.stall_timeout_s!r}",
     )
-    load_before = loadavg()
-    harness.note(f"scenario E ({SCENARIO}): load average {load_before}")
-    started = time.monotonic()
-    with harness.stack(common, sim, gateway, logs) as st:
-        rows = harness.run_modes(common, st, lambda mode: run_mode(st, mode, cfg))
-    wall_s = time.monotonic() - started
-    verdicts = targets(rows, cfg)
-    path = harness.write_result(
+    rows = harness.run_scenario(
         common,
-        SCENARIO,
-        when,
-        {
-            "config": attrs.asdict(cfg),
-            "sim": attrs.asdict(sim),
-            "gateway": attrs.asdict(gateway),
-            "loadavg_before": load_before,
-            "wall_s": wall_s,
-            "rows": rows,
-            "targets": verdicts,
-            "log_problems": {p.name: harness.log_problems(p) for p in logs.glob("*.log")},
-        },
+        scenario=SCENARIO,
+        label="E",
+        when=when,
+        sim=sim,
+        gateway=gateway,
+        logs=logs,
+        run_one=lambda st, mode: run_mode(st, mode, cfg),
+        targets=lambda rows: targets(rows, cfg),
+        table=table,
+        config=cfg,
     )
-    print(table(rows))
-    print(harness.targets_text(verdicts))
-    harness.note(f"results: {path} ({wall_s:.0f} s)")
     if common.plots:
         from bench.plots import cdf_panels
 

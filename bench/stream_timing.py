@@ -28,7 +28,6 @@ import trio
 
 from bench import harness
 from bench.harness import LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
-from bench.procstat import loadavg
 from bench.streams import chat_request, closed_loop, failures_text, summarize
 
 SCENARIO = "stream_timing"
@@ -155,31 +154,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim = SimSettings(max_num_seqs=cfg.concurrency, decode_step_s=1.0 / cfg.tokens_per_s)
     # A slot for every concurrent stream (the simulator's batch size): nobody waits or is refused.
     gateway = GatewaySettings(max_inflight=cfg.concurrency, queue_timeout_s=60.0)
-    load_before = loadavg()
-    harness.note(f"scenario B ({SCENARIO}): load average {load_before}")
-    started = time.monotonic()
-    with harness.stack(common, sim, gateway, logs) as st:
-        rows = harness.run_modes(common, st, lambda mode: run_mode(st, mode, cfg))
-    wall_s = time.monotonic() - started
-    verdicts = targets(rows)
-    path = harness.write_result(
+    rows = harness.run_scenario(
         common,
-        SCENARIO,
-        when,
-        {
-            "config": attrs.asdict(cfg),
-            "sim": attrs.asdict(sim),
-            "gateway": attrs.asdict(gateway),
-            "loadavg_before": load_before,
-            "wall_s": wall_s,
-            "rows": rows,
-            "targets": verdicts,
-            "log_problems": {p.name: harness.log_problems(p) for p in logs.glob("*.log")},
-        },
+        scenario=SCENARIO,
+        label="B",
+        when=when,
+        sim=sim,
+        gateway=gateway,
+        logs=logs,
+        run_one=lambda st, mode: run_mode(st, mode, cfg),
+        targets=targets,
+        table=table,
+        config=cfg,
     )
-    print(table(rows))
-    print(harness.targets_text(verdicts))
-    harness.note(f"results: {path} ({wall_s:.0f} s)")
     if common.plots:
         from bench.plots import cdf_panels
 
