@@ -153,13 +153,19 @@ class GatewayApp:
             path = route
             key = http_key(scope, self.keys) if path in KEYED_PATHS else None
             drop = partial(self.connections.abort, scope.get("client"))
+            # Over HTTP/2 one socket carries many streams: its room says nothing of this one.
+            writable = (
+                None
+                if scope.get("http_version") == "2"
+                else partial(self.connections.writable, scope.get("client"))
+            )
             if path == "/v1/chat/completions":
                 await handle_chat(
-                    self.router, self.config.server, request_id, receive, send, drop, key
+                    self.router, self.config.server, request_id, receive, send, drop, key, writable
                 )
             elif path == "/v1/events":
                 await handle_events(
-                    self.router, self.config.server, request_id, receive, send, drop, key
+                    self.router, self.config.server, request_id, receive, send, drop, key, writable
                 )
             elif path == "/v1/models" and model_id is not None:
                 await send_json(send, 200, self._model(model_id, key))

@@ -15,6 +15,7 @@ lifespan itself and needs none of its events, so there is no lifespan task.
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import weakref
 from collections.abc import Awaitable, Callable
@@ -58,9 +59,8 @@ class Connections:
     def abort(self, client: Any) -> bool:
         """Shut the connection of ``client`` (a scope's ``client`` value) down in both
         directions: a write blocked on it fails at once. False when it is not open here."""
-        if not isinstance(client, list | tuple) or len(client) < 2:
-            return False
-        stream = self._streams.pop((str(client[0]), int(client[1])), None)
+        peer = _peer(client)
+        stream = None if peer is None else self._streams.pop(peer, None)
         if stream is None:
             return False
         try:
@@ -68,6 +68,28 @@ class Connections:
         except OSError:
             return False
         return True
+
+    def writable(self, client: Any) -> bool | None:
+        """Whether the connection of ``client`` would take more bytes right now (the kernel's
+        send buffer has room), None when unknown. A client whose socket keeps room is reading
+        all it is given: if its answer is behind, the gateway is, not the client."""
+        peer = _peer(client)
+        stream = None if peer is None else self._streams.get(peer)
+        if stream is None:
+            return None
+        try:
+            poller = select.poll()
+            poller.register(stream.socket.fileno(), select.POLLOUT)
+            ready = poller.poll(0)
+        except (OSError, ValueError):
+            return None
+        return any(mask & select.POLLOUT for _, mask in ready)
+
+
+def _peer(client: Any) -> Peer | None:
+    if not isinstance(client, list | tuple) or len(client) < 2:
+        return None
+    return (str(client[0]), int(client[1]))
 
 
 class _RecordingListener(trio.abc.Listener[trio.SocketStream]):

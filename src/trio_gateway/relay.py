@@ -9,7 +9,9 @@
 
 Cancelling the scope closes the upstream response at once, which is what makes vLLM abort and
 free the sequence's KV cache. The bounded channel is the only buffer between the two sides: a
-client that stops reading fills it, the producer's deadline passes, and the upstream is released.
+client that stops reading, or reads slower than the answer comes, keeps it full and the producer
+waiting; once that wait outweighs the time the answer flowed by ``client_stall_timeout_s`` the
+producer's deadline passes and the upstream is released.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ Item = Event | GatewayError
 Consume = Callable[[trio.MemoryReceiveChannel[Item]], Awaitable[None]]
 Watch = Callable[[trio.CancelScope, "Outcome"], Awaitable[None]]
 DropConnection = Callable[[], object]
+# Whether the client's connection has room for more bytes now; None when unknown.
+ClientWritable = Callable[[], "bool | None"]
 
 CLIENT_GONE = "client_gone"
 CLIENT_STALL = "client_stall"
@@ -126,11 +130,14 @@ async def relay(
     consume: Consume,
     watch: Watch | None = None,
     drop_connection: DropConnection | None = None,
+    client_writable: ClientWritable | None = None,
     request_id: str = "",
     admission: Admission | None = None,
 ) -> Outcome:
     """``drop_connection`` is called when the client stalls past ``client_stall_timeout_s``:
     the consumer is then blocked writing to it, and only closing the connection unblocks it.
+    ``client_writable`` tells a client that is behind from a gateway that is (its socket still
+    has room): only the first is dropped.
     ``request_id`` names the request's usage record; ``admission`` (a keyed request's budget
     hold) is settled from that record, however the request ended."""
     outcome = Outcome()
@@ -146,6 +153,7 @@ async def relay(
             consume,
             watch,
             drop_connection,
+            client_writable,
         )
     except trio.Cancelled:
         # Cancelled from outside the request's own scope: the server is stopping.
@@ -178,26 +186,48 @@ async def _relay(
     consume: Consume,
     watch: Watch | None,
     drop_connection: DropConnection | None,
+    client_writable: ClientWritable | None,
 ) -> None:
     send_channel, receive_channel = trio.open_memory_channel[Item](buffer_events)
     async with trio.open_nursery() as nursery:
         scope = nursery.cancel_scope
 
+        # A leaky bucket of the time the client kept the answer waiting: each blocked send
+        # adds its wait, each stretch the answer flowed takes as much away. A client that reads
+        # nothing is dropped after exactly the stall period; one that reads, but slower than
+        # the answer comes, keeps the producer waiting most of the time and is dropped soon
+        # after (no single wait need last a period: the kernel wakes a writer every few KiB).
+        debt_s = 0.0
+        flowing_since: float | None = None
+
         async def emit(event: Event) -> None:
+            nonlocal debt_s, flowing_since
             outcome.observe(event)
             try:
                 send_channel.send_nowait(event)
                 return
             except trio.WouldBlock:
                 pass
-            with trio.move_on_after(client_stall_timeout_s) as stall:
-                await send_channel.send(event)
-            if stall.cancelled_caught:
-                outcome.cancelled = outcome.cancelled or CLIENT_STALL
-                scope.cancel(reason=CLIENT_STALL)
-                if drop_connection is not None:
-                    drop_connection()
-                await trio.lowlevel.checkpoint()  # raises Cancelled: unwinds the upstream
+            blocked_at = trio.current_time()
+            if flowing_since is not None:
+                debt_s = max(0.0, debt_s - (blocked_at - flowing_since))
+            while True:
+                with trio.move_on_at(blocked_at + client_stall_timeout_s - debt_s) as stall:
+                    await send_channel.send(event)
+                flowing_since = trio.current_time()
+                debt_s += flowing_since - blocked_at
+                if not stall.cancelled_caught:
+                    return
+                if client_writable is None or not client_writable():
+                    break
+                # The client takes all it is given: the gateway is behind (a fast upstream, a
+                # busy process), and dropping the client would not help it.
+                debt_s, blocked_at = 0.0, flowing_since
+            outcome.cancelled = outcome.cancelled or CLIENT_STALL
+            scope.cancel(reason=CLIENT_STALL)
+            if drop_connection is not None:
+                drop_connection()
+            await trio.lowlevel.checkpoint()  # raises Cancelled: unwinds the upstream
 
         async def produce() -> None:
             drain = plan.router.drain

@@ -156,3 +156,74 @@ async def stall_and_check(
         # before the kernel would have given up (TCP_USER_TIMEOUT = stall + 1 s).
         await wait_until(lambda: gateway.app.open_requests == 0, timeout_s=10)
         assert len(gateway.app.connections) == 0
+
+
+async def test_a_client_that_reads_slower_than_the_answer_comes_is_dropped() -> None:
+    """1 KiB every 10 ms is never "reading nothing" for the stall period (nor a write blocked
+    that long: the kernel wakes the writer every few KiB), but it keeps the answer waiting most
+    of the time: the gateway drops it by its own deadline (TCP_USER_TIMEOUT off, so the kernel
+    cannot be what does it)."""
+    fast = attrs.evolve(FAST_SIM, decode_step_s=0.0002, decode_step_s_per_seq=0.0)
+    async with running_sim(fast) as sim:
+        config = gateway_config(
+            provider_toml("sim-a", sim.base_url),
+            server="client_stall_timeout_s = 0.5\nstream_buffer_events = 8",
+        )
+        async with running_gateway(config, kernel_stall_drop=False) as gateway:
+            host, port = gateway.base_url.removeprefix("http://").split(":")
+            sock = trio.socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            await sock.connect((host, int(port)))
+            with sock:
+                body = json.dumps(chat(script({"text_tokens": 200000}), stream=True)).encode()
+                await sock.send(
+                    (
+                        f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\n"
+                        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+                    ).encode()
+                    + body
+                )
+                received = 0
+                with trio.fail_after(20):
+                    while True:
+                        try:
+                            data = await sock.recv(1024)
+                        except ConnectionResetError:
+                            break
+                        if not data:
+                            break
+                        received += len(data)
+                        await trio.sleep(0.01)
+            assert received > 10_000  # it did read, steadily, until the gateway let it go
+            assert cancellations(gateway, "client_stall") == 1
+            await wait_for_abort(sim)
+            assert sim.engine.stats().tokens_generated < 200000
+            assert gateway.router.upstreams["sim-a"].statistics().in_flight == 0
+
+
+async def test_a_client_that_keeps_up_is_not_dropped_when_the_gateway_is_behind() -> None:
+    """An upstream faster than the gateway can relay keeps the producer waiting, as a slow
+    client would; but this client's socket always has room, so it is not the one behind."""
+    fast = attrs.evolve(FAST_SIM, decode_step_s=0.0, decode_step_s_per_seq=0.0, max_model_len=16384)
+    async with running_sim(fast) as sim:
+        config = gateway_config(
+            provider_toml("sim-a", sim.base_url),
+            server="client_stall_timeout_s = 0.2\nstream_buffer_events = 2",
+        )
+        async with running_gateway(config) as gateway, httpx.AsyncClient() as client:
+            started = trio.current_time()
+            chunks = 0
+            async with client.stream(
+                "POST",
+                gateway.base_url + "/v1/chat/completions",
+                json=chat(script({"text_tokens": 6000}), stream=True, max_tokens=6000),
+                timeout=60,
+            ) as response:
+                assert response.status_code == 200
+                async for line in response.aiter_lines():
+                    chunks += line.startswith("data: {")
+            # The stream outlasted the stall period many times over, and came whole.
+            assert trio.current_time() - started > 1.0
+            assert chunks >= 6000
+            assert cancellations(gateway, "client_stall") == 0
+            assert sim.engine.stats().aborts == 0

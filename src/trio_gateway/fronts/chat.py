@@ -20,7 +20,7 @@ from trio_gateway.fronts.http import (
 )
 from trio_gateway.fronts.openai_chunks import ChunkEncoder, ResponseAccumulator, error_chunk
 from trio_gateway.pipeline import Router
-from trio_gateway.relay import CLIENT_GONE, DropConnection, Item, Outcome, relay
+from trio_gateway.relay import CLIENT_GONE, ClientWritable, DropConnection, Item, Outcome, relay
 from trio_gateway.request import parse_chat_request
 from trio_gateway.sse import DONE
 
@@ -48,6 +48,7 @@ async def handle_chat(
     send: Send,
     drop_connection: DropConnection | None = None,
     key: ApiKey | None = None,
+    client_writable: ClientWritable | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
     request = authorize(parse_chat_request(body), key)
@@ -90,6 +91,7 @@ async def handle_chat(
             consume=consume_stream,
             watch=watch,
             drop_connection=drop_connection,
+            client_writable=client_writable,
             request_id=request_id,
             admission=admission,
         )
@@ -120,6 +122,7 @@ async def handle_chat(
         consume=consume_whole,
         watch=watch,
         drop_connection=drop_connection,
+        client_writable=client_writable,
         request_id=request_id,
         admission=admission,
     )

@@ -17,7 +17,7 @@ from trio_gateway.fronts.chat import watch_disconnect
 from trio_gateway.fronts.events_codec import EventEncoder, is_terminal, sse_frame
 from trio_gateway.fronts.http import Receive, Send, read_body, stream_sse
 from trio_gateway.pipeline import Router
-from trio_gateway.relay import DropConnection, Item, Outcome, relay
+from trio_gateway.relay import ClientWritable, DropConnection, Item, Outcome, relay
 from trio_gateway.request import parse_chat_request
 
 EVENTS_VERSION_HEADER = (b"x-gateway-events-version", b"1")
@@ -31,6 +31,7 @@ async def handle_events(
     send: Send,
     drop_connection: DropConnection | None = None,
     key: ApiKey | None = None,
+    client_writable: ClientWritable | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
     request = authorize(parse_chat_request(body), key)
@@ -79,6 +80,7 @@ async def handle_events(
         consume=consume,
         watch=watch,
         drop_connection=drop_connection,
+        client_writable=client_writable,
         request_id=request_id,
         admission=admission,
     )
