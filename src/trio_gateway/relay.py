@@ -155,9 +155,11 @@ async def relay(
             drop_connection,
             client_writable,
         )
-    except trio.Cancelled:
-        # Cancelled from outside the request's own scope: the server is stopping.
-        outcome.cancelled = outcome.cancelled or SHUTDOWN
+    except BaseException as exc:
+        # Cancelled from outside the request's own scope: the server is stopping. It arrives
+        # through the request's nursery, so as a group of Cancelled, not a bare one.
+        if _only_cancelled(exc):
+            outcome.cancelled = outcome.cancelled or SHUTDOWN
         raise
     finally:
         usage_rec = record(
@@ -259,6 +261,12 @@ async def _relay(
         async with receive_channel:
             await consume(receive_channel)
         scope.cancel()
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
 
 
 async def _send_final(

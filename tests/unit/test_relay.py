@@ -10,17 +10,22 @@ the client's socket has room (the gateway is what is behind) is not.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
 import trio.testing
 
 from tests.unit.test_mut_upstream import Handler, chat, shell, sse
-from trio_gateway.config import AliasConfig
+from trio_gateway.accounting import Admission
+from trio_gateway.config import AliasConfig, ProviderConfig
+from trio_gateway.errors import InternalError, ShuttingDown, UpstreamProtocolError
 from trio_gateway.events import TextDelta
 from trio_gateway.pipeline import Router
 from trio_gateway.relay import CLIENT_STALL, Item, Outcome, relay
+from trio_gateway.usage import UsageRecord
 
 TOKENS = 400
 
@@ -116,3 +121,190 @@ async def test_a_client_that_catches_up_starts_a_new_period(
     assert outcome.cancelled is None
     assert drops == 0
     assert texts == BURSTS * BURST
+
+
+# --- how a request ends: shutdown, a gateway bug, billing -------------------------------------
+
+
+@attrs.define
+class Sink:
+    records: list[UsageRecord] = attrs.field(factory=list)
+
+    def offer(self, record: UsageRecord) -> bool:
+        self.records.append(record)
+        return True
+
+
+@attrs.define
+class Settlements:
+    calls: list[tuple[Admission | None, UsageRecord, ProviderConfig | None]] = attrs.field(
+        factory=list
+    )
+
+    async def settle(
+        self, admission: Admission | None, record: UsageRecord, provider: ProviderConfig | None
+    ) -> None:
+        self.calls.append((admission, record, provider))
+
+
+async def collect_all(gateway: Router, **kwargs: Any) -> tuple[Outcome, list[Item]]:
+    items: list[Item] = []
+
+    async def consume(channel: trio.MemoryReceiveChannel[Item]) -> None:
+        async for item in channel:
+            items.append(item)
+
+    request = chat()
+    outcome = await relay(
+        request,
+        gateway.plan(request),
+        buffer_events=4,
+        client_stall_timeout_s=1.0,
+        consume=consume,
+        **kwargs,
+    )
+    return outcome, items
+
+
+async def test_a_draining_gateway_refuses_new_answers(autojump_clock: trio.abc.Clock) -> None:
+    gateway = router(fast_stream)
+    gateway.drain.begin()
+    outcome, items = await collect_all(gateway)
+    [error] = items
+    assert isinstance(error, ShuttingDown)
+    assert error.message == "the gateway is shutting down; retry elsewhere"
+    assert error.retry_after_s == 1.0
+    assert outcome.error is error
+    assert fast_stream_calls(gateway) == 0
+
+
+def fast_stream_calls(gateway: Router) -> int:
+    return (
+        gateway.metrics.registry.get_sample_value(
+            "gateway_requests_total",
+            {"alias": "a", "provider": "p1", "outcome": "ok", "code": ""},
+        )
+        or 0
+    )
+
+
+async def test_a_gateway_bug_is_an_internal_error_with_its_class_name(
+    autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    gateway = router(fast_stream)
+
+    async def broken(*args: Any) -> None:
+        raise KeyError("boom")
+
+    gateway.run = broken  # type: ignore[method-assign,assignment]
+    outcome, items = await collect_all(gateway)
+    [error] = items
+    assert isinstance(error, InternalError)
+    assert error.message == "internal error: KeyError"
+    assert outcome.error is error
+    assert "internal error while serving a" in caplog.text
+
+
+async def test_the_record_is_offered_and_the_hold_settled_at_the_answering_provider(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway = router(fast_stream)
+    sink, settlements = Sink(), Settlements()
+    gateway.usage = sink
+    gateway.limits = settlements  # type: ignore[assignment]
+    admission = Admission(key="k", hold_id="h1", headers=[])
+    outcome, _ = await collect_all(gateway, request_id="r9", admission=admission)
+    assert outcome.error is None and outcome.provider == "p1"
+    [record] = sink.records
+    assert record.request_id == "r9" and record.completion_tokens == TOKENS
+    assert record.prompt_tokens > 0  # estimated from the request: the stream had no usage
+    [(settled, settled_record, provider)] = settlements.calls
+    assert settled is admission and settled_record is record
+    assert provider is gateway.upstreams["p1"].config
+
+
+async def test_without_a_request_id_the_record_has_none(autojump_clock: trio.abc.Clock) -> None:
+    gateway = router(fast_stream)
+    sink = Sink()
+    gateway.usage = sink
+    await collect_all(gateway)
+    assert [r.request_id for r in sink.records] == [""]
+
+
+async def test_a_cut_stream_is_billed_from_the_meter(autojump_clock: trio.abc.Clock) -> None:
+    gateway = router(fast_stream)
+    sink = Sink()
+    gateway.usage = sink
+    seen = 0
+
+    async def leave_early(channel: trio.MemoryReceiveChannel[Item]) -> None:
+        nonlocal seen
+        async for item in channel:
+            seen += isinstance(item, TextDelta)
+            if seen == 10:
+                return
+
+    request = chat()
+    outcome = await relay(
+        request,
+        gateway.plan(request),
+        buffer_events=4,
+        client_stall_timeout_s=1.0,
+        consume=leave_early,
+    )
+    [record] = sink.records
+    # The consumer left: what the parser had counted when the stream was cut is billed.
+    assert outcome.meter.partial is not None
+    assert 10 <= record.completion_tokens < TOKENS
+    assert record.estimated
+
+
+async def test_cancelled_from_outside_is_a_shutdown(autojump_clock: trio.abc.Clock) -> None:
+    gateway = router(fast_stream)
+    outcomes: list[Outcome] = []
+    request = chat()
+
+    async def forever(channel: trio.MemoryReceiveChannel[Item]) -> None:
+        await trio.sleep_forever()
+
+    sink = Sink()
+    gateway.usage = sink
+    with trio.move_on_after(5):
+        outcomes.append(
+            await relay(
+                request,
+                gateway.plan(request),
+                buffer_events=4,
+                client_stall_timeout_s=100.0,
+                consume=forever,
+            )
+        )
+    assert outcomes == []
+    [record] = sink.records
+    assert record.outcome == "cancelled" and record.error_code == "shutdown"
+
+
+async def test_an_error_for_a_consumer_that_left_is_dropped_quietly(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway = router(fast_stream)
+
+    async def broken(*args: Any) -> None:
+        await trio.sleep(1)
+        raise UpstreamProtocolError("late", provider="p1")
+
+    gateway.run = broken  # type: ignore[method-assign,assignment]
+
+    async def gone(channel: trio.MemoryReceiveChannel[Item]) -> None:
+        await channel.aclose()  # the client went away before the error came
+        await trio.sleep(2)
+
+    request = chat()
+    outcome = await relay(
+        request,
+        gateway.plan(request),
+        buffer_events=4,
+        client_stall_timeout_s=10.0,
+        consume=gone,
+    )
+    assert isinstance(outcome.error, UpstreamProtocolError)
