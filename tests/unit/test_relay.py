@@ -178,7 +178,7 @@ async def test_a_draining_gateway_refuses_new_answers(autojump_clock: trio.abc.C
     assert fast_stream_calls(gateway) == 0
 
 
-def fast_stream_calls(gateway: Router) -> int:
+def fast_stream_calls(gateway: Router) -> float:
     return (
         gateway.metrics.registry.get_sample_value(
             "gateway_requests_total",
