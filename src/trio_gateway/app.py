@@ -34,9 +34,11 @@ from trio_gateway.fronts.http import (
     send_json,
 )
 from trio_gateway.fronts.ws import WebSocketFront
+from trio_gateway.health import HealthSnapshot
 from trio_gateway.listen import Connections
 from trio_gateway.metrics import CONTENT_TYPE
 from trio_gateway.pipeline import Router
+from trio_gateway.providers.replicas import ReplicaSet
 from trio_gateway.status import PAGE, status_document
 from trio_gateway.tracing import clean_request_id, trace_for
 from trio_gateway.usage import UsageRecord, refused_record
@@ -159,13 +161,30 @@ class GatewayApp:
                 if scope.get("http_version") == "2"
                 else partial(self.connections.writable, scope.get("client"))
             )
+            session = _text_header(scope, b"x-session-id")
             if path == "/v1/chat/completions":
                 await handle_chat(
-                    self.router, self.config.server, request_id, receive, send, drop, key, writable
+                    self.router,
+                    self.config.server,
+                    request_id,
+                    receive,
+                    send,
+                    drop,
+                    key,
+                    writable,
+                    session,
                 )
             elif path == "/v1/events":
                 await handle_events(
-                    self.router, self.config.server, request_id, receive, send, drop, key, writable
+                    self.router,
+                    self.config.server,
+                    request_id,
+                    receive,
+                    send,
+                    drop,
+                    key,
+                    writable,
+                    session,
                 )
             elif path == "/v1/models" and model_id is not None:
                 await send_json(send, 200, self._model(model_id, key))
@@ -237,14 +256,9 @@ class GatewayApp:
             "status": "draining" if draining else "not_ready" if not_ready else "ready",
             "aliases_without_provider": not_ready,
             "providers": {
-                name: {
-                    "state": snap.state.value,
-                    "cooling_down": snap.cooling_down,
-                    "last_error": snap.last_error,
-                    "upstream_load": snap.upstream_load,
-                }
+                name: _health_json(health.snapshot(now))
+                | _replicas_json(self.router.upstreams.get(name), now)
                 for name, health in self.router.health.items()
-                for snap in [health.snapshot(now)]
             },
         }
         await send_json(send, 503 if not_ready or draining else 200, body)
@@ -338,3 +352,19 @@ def open_keys(config: GatewayConfig) -> KeyStore | None:
     keys = KeyStore(keys_file, known_aliases=config.aliases.keys())
     log.info("auth: %d keys from %s", len(keys.ring()), keys_file)
     return keys
+
+
+def _health_json(snap: HealthSnapshot) -> dict[str, object]:
+    return {
+        "state": snap.state.value,
+        "cooling_down": snap.cooling_down,
+        "last_error": snap.last_error,
+        "upstream_load": snap.upstream_load,
+    }
+
+
+def _replicas_json(provider: object, now: float) -> dict[str, object]:
+    """A replicated provider's replicas, each as a provider is shown."""
+    if not isinstance(provider, ReplicaSet):
+        return {}
+    return {"replicas": {r.name: _health_json(r.health.snapshot(now)) for r in provider.replicas}}

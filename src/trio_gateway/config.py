@@ -44,6 +44,8 @@ DEFAULT_BASE_URLS = {
     "vertex": "https://{location}-aiplatform.googleapis.com",
 }
 OnSaturated = Literal["spill", "queue"]
+Routing = Literal["round_robin", "least_loaded", "affinity"]
+ROUTINGS: tuple[str, ...] = ("round_robin", "least_loaded", "affinity")
 OnRedisError = Literal["fail_open", "fail_closed"]
 UsageSinkKind = Literal["sqlite", "redis_stream", "none"]
 
@@ -99,6 +101,14 @@ class ProviderConfig:
     model: str
     # Optional for the cloud vendors: their public endpoint (DEFAULT_BASE_URLS); see ``endpoint``.
     base_url: str | None = None
+    # openai_compatible only, in place of base_url: replicas of one served model, each with its
+    # own max_inflight gate, health and probe (docs/routing.md); ``routing`` picks among them.
+    endpoints: tuple[str, ...] = ()
+    routing: Routing = "least_loaded"
+    affinity_epsilon: float = 0.25  # bounded load: a replica above (1 + this) x the mean passes
+    # How often a probed openai_compatible provider's /load and /metrics are read (the replica
+    # signals least_loaded uses, and the prefix-cache hit rate on the gateway's /metrics).
+    scrape_interval_s: float = 5.0
     # The credential: an API key (or, for vertex, a ready OAuth2 access token) from an
     # environment variable or a file; vertex may instead name a service-account JSON file.
     api_key_env: str | None = None
@@ -280,6 +290,9 @@ def _make_converter() -> cattrs.Converter:
         lambda t: t == OnSaturated, _literal_hook(("spill", "queue"), "policy")
     )
     converter.register_structure_hook_func(
+        lambda t: t == Routing, _literal_hook(ROUTINGS, "routing policy")
+    )
+    converter.register_structure_hook_func(
         lambda t: t == OnRedisError, _literal_hook(("fail_open", "fail_closed"), "policy")
     )
     converter.register_structure_hook_func(
@@ -356,14 +369,34 @@ def _parse_listen(value: str) -> str | None:
     return None
 
 
+def _endpoint_problems(where: str, p: ProviderConfig) -> list[str]:
+    problems = []
+    if p.type != "openai_compatible":
+        problems.append(f"{where}.endpoints: only for type 'openai_compatible'")
+    if p.base_url is not None:
+        problems.append(f"{where}: give base_url or endpoints, not both")
+    for i, url in enumerate(p.endpoints):
+        if not re.match(r"^https?://[^/\s]+", url):
+            problems.append(f"{where}.endpoints[{i}]: expected an http:// or https:// URL")
+        elif url.rstrip("/") in (u.rstrip("/") for u in p.endpoints[:i]):
+            problems.append(f"{where}.endpoints[{i}]: {url!r} is listed twice")
+    return problems
+
+
 def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
     """What one provider's type requires, and what it does not take."""
     problems = []
-    if p.base_url is None:
+    if p.endpoints:
+        problems.extend(_endpoint_problems(where, p))
+    elif p.base_url is None:
         if p.type == "openai_compatible":
             problems.append(f"{where}.base_url: required for type 'openai_compatible'")
     elif not re.match(r"^https?://[^/\s]+", p.base_url):
         problems.append(f"{where}.base_url: expected an http:// or https:// URL")
+    if not p.endpoints and p.routing != "least_loaded":
+        problems.append(f"{where}.routing: only for a provider with endpoints (replicas)")
+    if p.affinity_epsilon <= 0:
+        problems.append(f"{where}.affinity_epsilon: must be greater than 0")
     sources = [k for k in ("api_key_env", "api_key_file", "credentials_file") if getattr(p, k)]
     if len(sources) > 1:
         problems.append(f"{where}: give one of {', '.join(sources)}, not several")
@@ -507,6 +540,7 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
                 "idle_timeout_s",
                 "probe_interval_s",
                 "probe_timeout_s",
+                "scrape_interval_s",
             ):
                 if getattr(p, key) <= 0:
                     problems.append(f"{where}.{key}: must be greater than 0")

@@ -12,13 +12,30 @@ from collections.abc import Callable, Iterable, Iterator
 
 import attrs
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 TTFT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 DURATION_BUCKETS_S = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+@attrs.frozen(kw_only=True)
+class ReplicaGauges:
+    """One endpoint of a provider (its only one, or one of its replicas): what it holds and
+    what it says of itself (scraped)."""
+
+    replica: str  # host:port
+    in_flight: int = 0
+    max_inflight: int = 0
+    state: str = ""  # for replicas of a replicated provider; "" for a provider's only endpoint
+    upstream_load: int | None = None
+    waiting: int | None = None  # vLLM's own queue
+    kv_cache_usage: float | None = None
+    prefix_cache_queries: float = 0.0  # tokens, since the gateway started reading
+    prefix_cache_hits: float = 0.0
+    prefix_cache_hit_ratio: float | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -30,6 +47,8 @@ class ProviderGauges:
     state: str  # starting | healthy | unhealthy
     cooling_down: bool
     upstream_load: int | None
+    # Its endpoints: one, or its replicas (each with its gate and state).
+    endpoints: tuple[ReplicaGauges, ...] = ()
 
 
 PROBE_STATES = ("starting", "healthy", "unhealthy")
@@ -64,6 +83,7 @@ class _LiveCollector(Collector):
             "Requests the provider reports holding (vLLM /load), from every client",
             labels=["provider"],
         )
+        endpoint_families = _EndpointFamilies()
         for gauges in self._read():
             if gauges.upstream_load is not None:
                 load.add_metric([gauges.provider], gauges.upstream_load)
@@ -73,7 +93,109 @@ class _LiveCollector(Collector):
             for name in PROBE_STATES:
                 state.add_metric([gauges.provider, name], 1.0 if gauges.state == name else 0.0)
             cooling.add_metric([gauges.provider], 1.0 if gauges.cooling_down else 0.0)
+            for endpoint in gauges.endpoints:
+                endpoint_families.add(gauges.provider, endpoint)
         yield from (in_flight, queued, capacity, state, cooling, load)
+        yield from endpoint_families.all()
+
+
+class _EndpointFamilies:
+    """Per endpoint (a provider's only one, or each replica): the gate and state of replicas,
+    and what vLLM says of itself, scraped."""
+
+    def __init__(self) -> None:
+        labels = ["provider", "replica"]
+        self.in_flight = GaugeMetricFamily(
+            "gateway_replica_in_flight", "Requests holding a replica's slot", labels=labels
+        )
+        self.capacity = GaugeMetricFamily(
+            "gateway_replica_max_inflight", "A replica's slot count", labels=labels
+        )
+        self.state = GaugeMetricFamily(
+            "gateway_replica_state",
+            "1 for the replica's current probe state",
+            labels=[*labels, "state"],
+        )
+        self.load = GaugeMetricFamily(
+            "gateway_replica_upstream_load",
+            "Requests the replica reports holding (vLLM /load), from every client",
+            labels=labels,
+        )
+        self.waiting = GaugeMetricFamily(
+            "gateway_upstream_requests_waiting",
+            "Requests waiting in the server's own queue (vLLM num_requests_waiting), scraped",
+            labels=labels,
+        )
+        self.kv_cache = GaugeMetricFamily(
+            "gateway_upstream_kv_cache_usage",
+            "The server's KV-cache usage, 0 to 1 (vLLM kv_cache_usage_perc), scraped",
+            labels=labels,
+        )
+        self.queries = CounterMetricFamily(
+            "gateway_prefix_cache_queries_tokens",
+            "Prompt tokens the server looked up in its prefix cache since the gateway started",
+            labels=labels,
+        )
+        self.hits = CounterMetricFamily(
+            "gateway_prefix_cache_hits_tokens",
+            "Of those, the tokens found in the prefix cache",
+            labels=labels,
+        )
+        self.ratio = GaugeMetricFamily(
+            "gateway_prefix_cache_hit_ratio",
+            "Prefix-cache hits over queries (tokens) since the gateway started",
+            labels=labels,
+        )
+
+    def add(self, provider: str, endpoint: ReplicaGauges) -> None:
+        key = [provider, endpoint.replica]
+        if endpoint.state:
+            self.in_flight.add_metric(key, endpoint.in_flight)
+            self.capacity.add_metric(key, endpoint.max_inflight)
+            for name in PROBE_STATES:
+                self.state.add_metric([*key, name], 1.0 if endpoint.state == name else 0.0)
+            if endpoint.upstream_load is not None:
+                self.load.add_metric(key, endpoint.upstream_load)
+        if endpoint.waiting is not None:
+            self.waiting.add_metric(key, endpoint.waiting)
+        if endpoint.kv_cache_usage is not None:
+            self.kv_cache.add_metric(key, endpoint.kv_cache_usage)
+        if endpoint.prefix_cache_hit_ratio is not None:
+            self.queries.add_metric(key, endpoint.prefix_cache_queries)
+            self.hits.add_metric(key, endpoint.prefix_cache_hits)
+            self.ratio.add_metric(key, endpoint.prefix_cache_hit_ratio)
+
+    def all(self) -> tuple[Metric, ...]:
+        return (
+            self.in_flight,
+            self.capacity,
+            self.state,
+            self.load,
+            self.waiting,
+            self.kv_cache,
+            self.queries,
+            self.hits,
+            self.ratio,
+        )
+
+
+class ToolCallStopCollector(Collector):
+    """``gateway_tool_call_early_stops_total{provider}``: answers the gateway ended at their
+    first complete tool call (``parallel_tool_calls: false`` on an ``openai_compatible``
+    provider, toolcall_stop.py). The providers keep the counts; they are read at scrape time."""
+
+    def __init__(self, read: Callable[[], Iterable[tuple[str, int]]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        stops = CounterMetricFamily(
+            "gateway_tool_call_early_stops",
+            "Answers ended at their first complete tool call (parallel_tool_calls: false)",
+            labels=["provider"],
+        )
+        for provider, count in self._read():
+            stops.add_metric([provider], count)
+        yield stops
 
 
 class Metrics:

@@ -31,7 +31,8 @@ from trio_gateway.errors import (
 )
 from trio_gateway.events import Event
 from trio_gateway.health import ProviderHealth
-from trio_gateway.metrics import Metrics, ProviderGauges
+from trio_gateway.metrics import Metrics, ProviderGauges, ReplicaGauges
+from trio_gateway.providers.replicas import GroupHealth, ReplicaSet, replica_label
 from trio_gateway.providers.upstream import Emit, Upstream
 from trio_gateway.request import ChatRequest
 from trio_gateway.routing import eligible_providers, order_by_health, resolve_alias
@@ -46,6 +47,19 @@ QUOTA_COOL_DOWN_S = 300.0
 SERVICE_TIME_EWMA_ALPHA = 0.2
 INITIAL_SERVICE_TIME_S = 2.0
 
+# A provider: one endpoint, or several replicas of one served model.
+Provider = Upstream | ReplicaSet
+Health = ProviderHealth | GroupHealth
+
+
+@attrs.frozen
+class Member:
+    """Where one attempt goes: a provider's upstream (a replica of it, or itself) and the health
+    that attempt's result feeds."""
+
+    upstream: Upstream
+    health: ProviderHealth
+
 
 @attrs.frozen(kw_only=True)
 class Plan:
@@ -53,7 +67,7 @@ class Plan:
 
     alias: str
     config: AliasConfig
-    upstreams: tuple[Upstream, ...]
+    upstreams: tuple[Provider, ...]
     router: Router
 
 
@@ -63,15 +77,18 @@ class Router:
     def __init__(
         self,
         aliases: dict[str, AliasConfig],
-        upstreams: Mapping[str, Upstream],
+        upstreams: Mapping[str, Provider],
         *,
         rng: random.Random | None = None,
     ) -> None:
         self.aliases = aliases
         self.upstreams = upstreams
         now = trio.current_time()
-        self.health = {
-            name: ProviderHealth(upstream.config, now=now) for name, upstream in upstreams.items()
+        self.health: dict[str, Health] = {
+            name: upstream.health
+            if isinstance(upstream, ReplicaSet)
+            else ProviderHealth(upstream.config, now=now)
+            for name, upstream in upstreams.items()
         }
         self.metrics = Metrics(self.gauges)
         # The status page's last minutes (status.py): fed once per request and per spill.
@@ -100,6 +117,7 @@ class Router:
                     state=health.state.value,
                     cooling_down=health.cooling_down(now),
                     upstream_load=health.upstream_load,
+                    endpoints=_endpoint_gauges(upstream, now),
                 )
             )
         return out
@@ -126,26 +144,38 @@ class Router:
             router=self,
         )
 
-    def _retry_after_s(self, upstream: Upstream, waiting: int) -> float:
+    def _retry_after_s(self, upstream: Provider, waiting: int) -> float:
         """How long until a slot is likely free: the queue ahead, served at the provider's
         recent pace."""
-        per_slot_s = self._service_time_s[upstream.name] / upstream.config.max_inflight
+        per_slot_s = self._service_time_s[upstream.name] / upstream.statistics().max_inflight
         return float(max(1, math.ceil((waiting + 1) * per_slot_s)))
 
-    def _served(self, upstream: Upstream, held_s: float) -> None:
+    def _served(self, upstream: Provider, held_s: float) -> None:
         old = self._service_time_s[upstream.name]
         self._service_time_s[upstream.name] = old + SERVICE_TIME_EWMA_ALPHA * (held_s - old)
 
-    async def _admit_queued(self, plan: Plan, borrower: object) -> Upstream:
+    def members(self, provider: Provider, request: ChatRequest) -> list[Member]:
+        """Where ``request`` may go within ``provider``, in the order to try."""
+        if isinstance(provider, ReplicaSet):
+            now = trio.current_time()
+            return [Member(r.upstream, r.health) for r in provider.candidates(request, now)]
+        health = self.health[provider.name]
+        assert isinstance(health, ProviderHealth)
+        return [Member(provider, health)]
+
+    async def _admit_queued(
+        self, plan: Plan, request: ChatRequest, borrower: object
+    ) -> tuple[Provider, Member]:
         """``on_saturated = "queue"``: a free slot at any weight > 0 provider in the plan (that
         shares load, it is not a spill), else wait in the alias's bounded queue for the first
         slot that frees among them."""
         config = plan.config
         candidates = [u for u in plan.upstreams if u.config.weight > 0] or list(plan.upstreams)
-        for upstream in candidates:
+        everyone = [(u, m) for u in candidates for m in self.members(u, request)]
+        for provider, member in everyone:
             try:
-                upstream.gate.acquire_on_behalf_of_nowait(borrower)
-                return upstream
+                member.upstream.gate.acquire_on_behalf_of_nowait(borrower)
+                return provider, member
             except trio.WouldBlock:
                 pass
         first = candidates[0]
@@ -156,25 +186,12 @@ class Router:
                 retry_after_s=self._retry_after_s(first, self._queued[plan.alias]),
             )
         self._queued[plan.alias] += 1
-        winner: list[Upstream] = []
         try:
-            with trio.move_on_after(config.max_queue_wait_s):
-                async with trio.open_nursery() as nursery:
-
-                    async def race(upstream: Upstream) -> None:
-                        await upstream.gate.acquire_on_behalf_of(borrower)
-                        if winner:  # lost a photo finish: give the slot back
-                            upstream.gate.release_on_behalf_of(borrower)
-                            return
-                        winner.append(upstream)
-                        nursery.cancel_scope.cancel()
-
-                    for upstream in candidates:
-                        nursery.start_soon(race, upstream)
+            won = await _first_slot(everyone, borrower, config.max_queue_wait_s)
         finally:
             self._queued[plan.alias] -= 1
-        if winner:
-            return winner[0]
+        if won is not None:
+            return won
         self.metrics.refusals.labels(plan.alias, "queue_timeout").inc()
         raise Overloaded(
             f"alias {plan.alias!r}: no slot within {config.max_queue_wait_s:g} s",
@@ -184,7 +201,8 @@ class Router:
     async def run(
         self, request: ChatRequest, plan: Plan, emit: Emit, meter: UsageMeter | None = None
     ) -> None:
-        """Try each provider in turn until one answers.
+        """Try each provider in turn until one answers; within a replicated provider, each
+        replica in its routing order.
 
         Errors that are the request's fault go back at once: the next provider would say the
         same. Once anything was emitted, an error goes to the client as it is. ``meter`` gets
@@ -192,15 +210,15 @@ class Router:
         """
         borrower = object()
         failures: list[GatewayError] = []
-        pre_admitted: Upstream | None = None
+        pre_admitted: tuple[Provider, Member] | None = None
         if plan.config.on_saturated == "queue":
-            pre_admitted = await self._admit_queued(plan, borrower)
+            pre_admitted = await self._admit_queued(plan, request, borrower)
         order = list(plan.upstreams)
         if pre_admitted is not None:
-            order.remove(pre_admitted)
-            order.insert(0, pre_admitted)
-        previous: Upstream | None = None
-        for upstream in order:
+            order.remove(pre_admitted[0])
+            order.insert(0, pre_admitted[0])
+        previous: Provider | None = None
+        for provider in order:
             if previous is not None:
                 # Saturation moves a request (a spill); a failure moves an attempt (failover).
                 if isinstance(failures[-1], Overloaded):
@@ -208,43 +226,74 @@ class Router:
                     self.recent.spill(previous.name, trio.current_time())
                 else:
                     moves = self.metrics.failovers
-                moves.labels(plan.alias, previous.name, upstream.name).inc()
-            previous = upstream
-            if upstream is not pre_admitted and not await _acquire(upstream, borrower):
-                failures.append(
-                    Overloaded(
-                        f"{upstream.name}: all {upstream.config.max_inflight} slots busy for "
-                        f"{upstream.config.queue_timeout_s:g} s",
-                        provider=upstream.name,
-                    )
-                )
-                continue
-            emitted = False
-
-            async def tracked(event: Event) -> None:
-                nonlocal emitted
-                emitted = True
-                await emit(event)
-
-            health = self.health[upstream.name]
-            started = trio.current_time()
-            try:
-                await upstream.stream_chat(request, tracked, meter)
-            except RequestError:
-                health.success()  # it answered, and correctly so
-                raise
-            except GatewayError as exc:
-                self._note_failure(upstream, health, exc)
-                if emitted:
-                    raise
-                failures.append(exc)
-            else:
-                health.success()
-                return
-            finally:
-                upstream.gate.release_on_behalf_of(borrower)
-                self._served(upstream, trio.current_time() - started)
+                moves.labels(plan.alias, previous.name, provider.name).inc()
+            previous = provider
+            members = self.members(provider, request)
+            member: Member | None = None
+            if pre_admitted is not None and provider is pre_admitted[0]:
+                member = pre_admitted[1]
+                members.remove(member)
+            while True:
+                if member is None:
+                    member = await _acquire(provider, members, borrower)
+                    if member is None:
+                        failures.append(
+                            Overloaded(
+                                f"{provider.name}: all {provider.statistics().max_inflight} "
+                                f"slots busy for {provider.config.queue_timeout_s:g} s",
+                                provider=provider.name,
+                            )
+                        )
+                        break
+                    members.remove(member)
+                failure = await self._attempt(member, borrower, request, emit, meter, provider)
+                if failure is None:
+                    return
+                failures.append(failure)
+                # The attempt failed before the client saw anything: another replica of the
+                # same provider, while there is one, before the next provider.
+                member = None
+                if not members:
+                    break
         raise self._final_error(plan, failures)
+
+    async def _attempt(
+        self,
+        member: Member,
+        borrower: object,
+        request: ChatRequest,
+        emit: Emit,
+        meter: UsageMeter | None,
+        provider: Provider,
+    ) -> GatewayError | None:
+        """One attempt on the slot ``borrower`` holds, which it gives back. Returns a failure
+        that may be retried elsewhere (nothing reached the client yet); raises what may not (the
+        request's own fault, a failure after the first event)."""
+        upstream, health = member.upstream, member.health
+        emitted = False
+
+        async def tracked(event: Event) -> None:
+            nonlocal emitted
+            emitted = True
+            await emit(event)
+
+        started = trio.current_time()
+        try:
+            await upstream.stream_chat(request, tracked, meter)
+        except RequestError:
+            health.success()  # it answered, and correctly so
+            raise
+        except GatewayError as exc:
+            self._note_failure(upstream, health, exc)
+            if emitted:
+                raise
+            return exc
+        else:
+            health.success()
+            return None
+        finally:
+            upstream.gate.release_on_behalf_of(borrower)
+            self._served(provider, trio.current_time() - started)
 
     def _note_failure(self, upstream: Upstream, health: ProviderHealth, exc: GatewayError) -> None:
         now = trio.current_time()
@@ -271,14 +320,69 @@ class Router:
         return AllProvidersFailed(failures)
 
 
-async def _acquire(upstream: Upstream, borrower: object) -> bool:
+def _endpoint_gauges(provider: Provider, now: float) -> tuple[ReplicaGauges, ...]:
+    if isinstance(provider, ReplicaSet):
+        return tuple(
+            _endpoint(r.name, r.upstream, r.health.state.value, r.health.upstream_load)
+            for r in provider.replicas
+        )
+    return (_endpoint(replica_label(provider.config.endpoint), provider, "", None),)
+
+
+def _endpoint(name: str, upstream: Upstream, state: str, load: int | None) -> ReplicaGauges:
+    stats = upstream.statistics()
+    signals, cache = upstream.signals, upstream.prefix_cache
+    return ReplicaGauges(
+        replica=name,
+        in_flight=stats.in_flight,
+        max_inflight=stats.max_inflight,
+        state=state,
+        upstream_load=signals.load if signals.load is not None else load,
+        waiting=signals.waiting,
+        kv_cache_usage=signals.kv_cache_usage,
+        prefix_cache_queries=cache.queries,
+        prefix_cache_hits=cache.hits,
+        prefix_cache_hit_ratio=cache.ratio,
+    )
+
+
+async def _acquire(provider: Provider, members: list[Member], borrower: object) -> Member | None:
+    """A slot on the first of ``members`` that has one free, else on whichever frees one first
+    within the provider's ``queue_timeout_s``; None when none did."""
     # acquire() checkpoints first and would refuse a free slot under a zero timeout.
-    try:
-        upstream.gate.acquire_on_behalf_of_nowait(borrower)
-        return True
-    except trio.WouldBlock:
-        pass
-    with trio.move_on_after(upstream.config.queue_timeout_s):
-        await upstream.gate.acquire_on_behalf_of(borrower)
-        return True
-    return False
+    for member in members:
+        try:
+            member.upstream.gate.acquire_on_behalf_of_nowait(borrower)
+            return member
+        except trio.WouldBlock:
+            pass
+    won = await _first_slot(
+        [(provider, m) for m in members], borrower, provider.config.queue_timeout_s
+    )
+    return None if won is None else won[1]
+
+
+async def _first_slot(
+    candidates: list[tuple[Provider, Member]], borrower: object, timeout_s: float
+) -> tuple[Provider, Member] | None:
+    """The first of the candidates whose gate grants ``borrower`` a slot within ``timeout_s``;
+    the others give theirs back. A slot granted is never lost to the deadline: the winner is
+    read after the scope, whatever cancelled it."""
+    winner: list[tuple[Provider, Member]] = []
+    if not candidates:
+        return None
+    with trio.move_on_after(timeout_s):
+        async with trio.open_nursery() as nursery:
+
+            async def race(candidate: tuple[Provider, Member]) -> None:
+                gate = candidate[1].upstream.gate
+                await gate.acquire_on_behalf_of(borrower)
+                if winner:  # lost a photo finish: give the slot back
+                    gate.release_on_behalf_of(borrower)
+                    return
+                winner.append(candidate)
+                nursery.cancel_scope.cancel()
+
+            for candidate in candidates:
+                nursery.start_soon(race, candidate)
+    return winner[0] if winner else None

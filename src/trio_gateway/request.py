@@ -28,6 +28,9 @@ class ChatRequest:
     # The API key's name (docs/accounting.md), set by the front once the key may use the alias;
     # None when the gateway serves without keys.
     key_name: str | None = None
+    # The client's x-session-id header: which conversation this turn belongs to, so replica
+    # affinity routing keeps it where its prefix is cached (docs/routing.md).
+    session_id: str | None = None
 
 
 def _reasoning_switch(body: dict[str, Any]) -> bool | None:

@@ -20,14 +20,17 @@ from hypercorn.utils import wrap_app
 from trio_gateway.accounting import open_limits
 from trio_gateway.app import GatewayApp
 from trio_gateway.config import GatewayConfig, parse_hostport
-from trio_gateway.health import probe_service
+from trio_gateway.health import ProviderHealth, probe_service
 from trio_gateway.ledger import QueuedSink, open_usage_sink
 from trio_gateway.listen import Connections, serve_asgi
-from trio_gateway.pipeline import Router
+from trio_gateway.metrics import ToolCallStopCollector
+from trio_gateway.pipeline import Provider, Router
 from trio_gateway.providers.credentials import credential_source
+from trio_gateway.providers.replicas import Replica, ReplicaSet, replica_config, replica_label
 from trio_gateway.providers.upstream import Upstream
 from trio_gateway.redis_client import RedisClient, open_redis
 from trio_gateway.redis_url import parse_redis_url
+from trio_gateway.scrape import scrape_service
 from trio_gateway.sim import SimHandle, serve_sim
 from trio_gateway.usage import UsageSink
 
@@ -169,12 +172,34 @@ async def _serve_gateway(
                     partial(serve_sim, simulator.sim, host=host, port=port)
                 )
             log.info("simulator %s serving on %s", name, simulators[name].base_url)
-        upstreams: dict[str, Upstream] = {}
+        upstreams: dict[str, Provider] = {}
+        # Every endpoint the gateway sends its own requests to (probes, scrapes), and its name.
+        probed: list[tuple[str, Upstream, ProviderHealth]] = []
         for name, provider in config.providers().items():
+            if provider.endpoints:
+                replicas = []
+                for url in provider.endpoints:
+                    own = replica_config(provider, url)
+                    client = await stack.enter_async_context(Upstream.make_client(own))
+                    upstream = Upstream(
+                        own, credential_source(own, config.api_keys, client), client
+                    )
+                    replica = Replica(
+                        replica_label(url), upstream, ProviderHealth(own, now=trio.current_time())
+                    )
+                    replicas.append(replica)
+                    probed.append((f"{name}@{replica.name}", upstream, replica.health))
+                upstreams[name] = ReplicaSet(provider, replicas)
+                continue
             client = await stack.enter_async_context(Upstream.make_client(provider))
             credential = credential_source(provider, config.api_keys, client)
             upstreams[name] = Upstream(provider, credential, client)
         router = Router(config.aliases, upstreams, rng=rng)
+        for name, single in upstreams.items():
+            if isinstance(single, Upstream):
+                health = router.health[name]
+                assert isinstance(health, ProviderHealth)
+                probed.append((name, single, health))
         router.usage = usage
         # One Redis client for the gateway's life; it dials again by itself after any failure.
         router.limits = open_limits(config, redis)
@@ -184,18 +209,20 @@ async def _serve_gateway(
                 parse_redis_url(config.redis.url).display(),
             )
         router.metrics.registry.register(router.limits.collector())
+        router.metrics.registry.register(
+            ToolCallStopCollector(
+                lambda: [(name, _early_stops(u)) for name, u in upstreams.items()]
+            )
+        )
         if isinstance(usage, QueuedSink):
             router.metrics.registry.register(usage.collector())
-        for name, upstream in upstreams.items():
+        for name, upstream, health in probed:
             if upstream.config.probe:
                 await nursery.start(
-                    probe_service,
-                    name,
-                    upstream.config,
-                    router.health[name],
-                    upstream.probe,
-                    upstream.read_load,
+                    probe_service, name, upstream.config, health, upstream.probe, upstream.read_load
                 )
+                if upstream.config.type == "openai_compatible":
+                    await nursery.start(scrape_service, upstream)
         connections = Connections()
         app = GatewayApp(config, router, connections)
         drain_s = config.server.drain_timeout_s
@@ -257,3 +284,9 @@ async def _serve_gateway(
         )
         await stopped.wait()
         nursery.cancel_scope.cancel(reason="gateway stopped")
+
+
+def _early_stops(provider: Provider) -> int:
+    if isinstance(provider, ReplicaSet):
+        return sum(r.upstream.tool_call_early_stops for r in provider.replicas)
+    return provider.tool_call_early_stops

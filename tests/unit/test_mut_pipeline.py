@@ -16,6 +16,7 @@ from tests.unit.test_mut_upstream import COMPLETION, chat, shell
 from trio_gateway.config import AliasConfig
 from trio_gateway.errors import AllProvidersFailed, Overloaded
 from trio_gateway.events import Event, ResponseDone
+from trio_gateway.health import ProviderHealth
 from trio_gateway.pipeline import Router
 from trio_gateway.providers.upstream import Upstream
 
@@ -115,6 +116,8 @@ async def test_a_photo_finish_gives_the_second_slot_back(autojump_clock: trio.ab
 
 async def test_gauges_report_each_provider_s_state_and_load() -> None:
     router = router_of(shell(refuse, name="p1"))
-    router.health["p1"].upstream_load = 3
+    health = router.health["p1"]
+    assert isinstance(health, ProviderHealth)
+    health.upstream_load = 3
     (gauge,) = router.gauges()
     assert (gauge.provider, gauge.state, gauge.upstream_load) == ("p1", "starting", 3)

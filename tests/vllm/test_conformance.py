@@ -238,6 +238,7 @@ async def sim(vllm_server: VllmServer) -> AsyncIterator[SimHandle]:
         max_model_len=vllm_server.max_model_len,
         max_num_seqs=4,
         api_key=vllm_server.api_key,
+        enable_prompt_tokens_details=True,  # as tools/vllm/serve.py starts vLLM
     )
     async with trio.open_nursery() as nursery:
         handle: SimHandle = await nursery.start(serve_sim, config)

@@ -11,6 +11,7 @@ vLLM extension field: that the forced shapes come out proves the gateway passes 
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -626,3 +627,40 @@ async def test_a_cancelled_stream_is_billed_what_vllm_generated(
     assert prompt > 0
     assert content_chunks <= completion <= generated, (content_chunks, completion, generated)
     assert generated - completion <= 5, (completion, generated)
+
+
+async def test_cached_prompt_tokens_reach_the_client(
+    gw: httpx.AsyncClient, root: httpx.AsyncClient, vllm_server: VllmServer
+) -> None:
+    """vLLM 0.32 with --enable-prompt-tokens-details (tools/vllm/serve.py) reports the prompt
+    tokens its prefix cache served, in the stream's usage chunk and a whole answer's usage; the
+    gateway passes the count on. The prompt is new to this server (a random word first), so the
+    first request finds nothing and the second finds the prefix."""
+    prompt = secrets.token_hex(4) + " " + "the quick brown fox jumps over the lazy dog " * 30
+    seen = []
+    for stream in (False, True):
+        body = chat(prompt, max_tokens=2, reasoning=False, stream=stream)
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        transcript = await post(gw, body)
+        assert transcript.status == 200, transcript
+        usage = chunks_of(transcript)[-1]["usage"] if stream else transcript.body["usage"]
+        seen.append(usage)
+    first, second = seen
+    assert first["prompt_tokens_details"]["cached_tokens"] == 0
+    cached = second["prompt_tokens_details"]["cached_tokens"]
+    assert 0 < cached < second["prompt_tokens"], second
+    # What vLLM itself says, straight: the same field in the stream's usage chunk.
+    direct = {
+        "model": vllm_server.served_model_name,
+        "messages": messages(prompt),
+        "max_tokens": 2,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    headers = {"Authorization": f"Bearer {vllm_server.api_key}"}
+    response = await root.post("/v1/chat/completions", json=direct, headers=headers)
+    usage_line = [line for line in response.text.splitlines() if '"usage"' in line][-1]
+    raw = json.loads(usage_line.removeprefix("data: "))["usage"]
+    assert raw["prompt_tokens_details"] == {"cached_tokens": cached}

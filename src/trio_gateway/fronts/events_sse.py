@@ -12,7 +12,7 @@ import trio
 from trio_gateway.auth import ApiKey
 from trio_gateway.config import ServerConfig
 from trio_gateway.errors import InternalError
-from trio_gateway.fronts.auth import authorize
+from trio_gateway.fronts.auth import authorize, with_session
 from trio_gateway.fronts.chat import watch_disconnect
 from trio_gateway.fronts.events_codec import EventEncoder, is_terminal, sse_frame
 from trio_gateway.fronts.http import Receive, Send, read_body, stream_sse
@@ -32,9 +32,10 @@ async def handle_events(
     drop_connection: DropConnection | None = None,
     key: ApiKey | None = None,
     client_writable: ClientWritable | None = None,
+    session_id: str | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
-    request = authorize(parse_chat_request(body), key)
+    request = with_session(authorize(parse_chat_request(body), key), session_id)
     plan = router.plan(request)
     admission = await router.limits.admit(
         key, request.body, tuple(u.config for u in plan.upstreams)

@@ -44,6 +44,10 @@ class UpstreamCall:
     url: str
     body: bytes
     headers: Mapping[str, str] = attrs.field(factory=dict)
+    # The vendor generates every tool call but returns only the first (vLLM under
+    # ``parallel_tool_calls: false``): the shell ends the answer, and the upstream, at the first
+    # complete call (``toolcall_stop.py``).
+    first_tool_call_only: bool = False
 
 
 class StreamParser(Protocol):

@@ -270,6 +270,8 @@ class OpenAICompatibleDialect:
             url=provider.endpoint + "/chat/completions",
             body=json.dumps(build_body(request, provider), ensure_ascii=False).encode(),
             headers={"content-type": "application/json", "accept": "text/event-stream"},
+            # vLLM honours the flag only in what it returns, not in what it generates.
+            first_tool_call_only=request.body.get("parallel_tool_calls") is False,
         )
 
     def new_parser(self, provider: str) -> ChunkParser:

@@ -11,6 +11,7 @@ error text an upstream sends back.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 
 import attrs
@@ -22,14 +23,19 @@ from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.events import Event
 from trio_gateway.providers import dialect_for
-from trio_gateway.providers.dialect import Dialect, StreamParser
+from trio_gateway.providers.dialect import Dialect, StreamParser, UpstreamCall
 from trio_gateway.providers.h1_client import H1Pool, H1Response, Origin
+from trio_gateway.providers.httpx_errors import read_limited
 from trio_gateway.providers.read_timer import ReadTimer
 from trio_gateway.providers.translate import REDACTED, redact_credentials
 from trio_gateway.providers.vertex_auth import TokenSource
+from trio_gateway.providers.vllm_signals import PrefixCacheRate, ReplicaSignals, parse_vllm_metrics
 from trio_gateway.request import ChatRequest
 from trio_gateway.sse import SSEDecodeError, SSEDecoder
+from trio_gateway.toolcall_stop import FirstToolCallOnly
 from trio_gateway.usage import UsageMeter
+
+log = logging.getLogger("trio_gateway")
 
 Emit = Callable[[Event], Awaitable[None]]
 
@@ -37,6 +43,8 @@ MAX_ERROR_BODY_BYTES = 64 * 1024
 # A whole (non-streamed) answer from a server that ignored "stream": bounded like everything.
 MAX_WHOLE_BODY_BYTES = 16 * 1024 * 1024
 AFTER_DONE_GRACE_S = 1.0
+# vLLM's /metrics is some 100 KiB with its histograms; a server that sends far more is cut.
+MAX_METRICS_BYTES = 4 * 1024 * 1024
 # Probes (and a slot being handed over) may briefly need connections beyond max_inflight.
 POOL_HEADROOM = 2
 # Below the servers' own idle timeout (uvicorn under vLLM, hypercorn: 5 s, httpx's default too):
@@ -66,8 +74,14 @@ class Upstream:
         self.config = config
         self.name = config.name
         self.gate = trio.CapacityLimiter(config.max_inflight)
+        # What the server says of its own load, scraped (scrape.py); read by routing and metrics.
+        self.signals = ReplicaSignals()
+        self.prefix_cache = PrefixCacheRate()
         self.dialect = dialect if dialect is not None else dialect_for(config.type)
         self._credential = credential
+        # Answers ended at their first complete tool call (toolcall_stop.py); read at scrape
+        # time (metrics.ToolCallStopCollector).
+        self.tool_call_early_stops = 0
         # Probes of /load go through httpx; the chat exchange through the lean HTTP/1.1
         # client, whose per-chunk read is a socket read and a few bytes.find (h1_client.py).
         self._client = client
@@ -137,6 +151,27 @@ class Upstream:
             return None
         return load if type(load) is int else None
 
+    async def read_signals(self) -> ReplicaSignals | None:
+        """vLLM's ``/metrics`` (the series routing and reporting use) and ``/load``. None when
+        the server offers neither; a series it lacks stays None."""
+        if self.config.type != "openai_compatible":
+            return None
+        root = self.config.endpoint.removesuffix("/v1")
+        try:
+            with trio.fail_after(self.config.connect_timeout_s):
+                async with self._client.stream("GET", root + "/metrics") as response:
+                    text = None
+                    if response.status_code == 200:
+                        body = await read_limited(response, MAX_METRICS_BYTES)
+                        text = body.decode("utf-8", "replace")
+        except (httpx.HTTPError, trio.TooSlowError, GatewayError):
+            text = None
+        load = await self.read_load()
+        if text is None and load is None:
+            return None
+        signals = parse_vllm_metrics(text) if text is not None else ReplicaSignals()
+        return attrs.evolve(signals, load=load)
+
     async def stream_chat(
         self, request: ChatRequest, emit: Emit, meter: UsageMeter | None = None
     ) -> None:
@@ -168,7 +203,7 @@ class Upstream:
                 provider=self.name,
             ) from None
         try:
-            await self._exchange(call.url, call.body, headers, emit, first_deadline, meter)
+            await self._exchange(call, headers, emit, first_deadline, meter)
         except GatewayError as exc:
             # Vendors echo parts of a refused key back ("Incorrect API key provided: sk-...").
             exc.message = _scrub(exc.message, secret)
@@ -177,8 +212,7 @@ class Upstream:
 
     async def _exchange(
         self,
-        url: str,
-        body: bytes,
+        call: UpstreamCall,
         headers: dict[str, str],
         emit: Emit,
         first_deadline: float,
@@ -187,7 +221,7 @@ class Upstream:
         config = self.config
         try:
             with trio.fail_at(first_deadline):
-                response = await self._h1.post(url, headers, body)
+                response = await self._h1.post(call.url, headers, call.body)
         except trio.TooSlowError:
             raise UpstreamTimeout(
                 f"{self.name}: no response within {config.first_token_timeout_s:g} s",
@@ -205,7 +239,7 @@ class Upstream:
             if content_type.startswith("application/json"):
                 await self._whole(response, emit, first_deadline)
             else:
-                await self._relay(response, emit, first_deadline, meter)
+                await self._relay(response, emit, first_deadline, meter, call)
         finally:
             await response.aclose()
 
@@ -233,8 +267,11 @@ class Upstream:
         emit: Emit,
         first_deadline: float,
         meter: UsageMeter | None,
+        call: UpstreamCall,
     ) -> None:
-        parser = self.dialect.new_parser(self.name)
+        parser: StreamParser = self.dialect.new_parser(self.name)
+        if call.first_tool_call_only:
+            parser = FirstToolCallOnly(parser)
         try:
             await self._read_stream(response, emit, first_deadline, parser)
         finally:
@@ -266,6 +303,9 @@ class Upstream:
             else:
                 message = f"no first token within {config.first_token_timeout_s:g} s"
             raise UpstreamTimeout(f"{self.name}: {message}", provider=self.name)
+        if isinstance(parser, FirstToolCallOnly) and parser.stopped:
+            await self._end_at_first_tool_call(response, emit, parser)
+            return
         if parser.done:
             # The answer is whole. Read to the end of the body, briefly, so the connection can
             # be reused; a server that lingers is not worth holding the client for.
@@ -281,6 +321,17 @@ class Upstream:
             if sse.data:
                 for event in parser.feed(sse):
                     await emit(event)
+        for event in parser.close():
+            await emit(event)
+
+    async def _end_at_first_tool_call(
+        self, response: H1Response, emit: Emit, parser: FirstToolCallOnly
+    ) -> None:
+        # Closed before the ending goes out, so a slow client cannot keep the GPU busy with
+        # calls nobody will see: the closed connection is what makes vLLM abort them.
+        await response.aclose()
+        self.tool_call_early_stops += 1
+        log.debug("%s: answer ended at its first tool call (parallel_tool_calls: false)", self.name)
         for event in parser.close():
             await emit(event)
 

@@ -226,6 +226,7 @@ class SimApp:
             include_usage=request.include_usage,
             continuous_usage=request.continuous_usage,
             dialect=self._config.dialect,
+            prompt_details=self._config.enable_prompt_tokens_details,
         )
         fault_body = openai_wire.fault_body if openai else vllm_fault_body
         with shell.sequence(request, generation) as seq:

@@ -67,6 +67,9 @@ class SimConfig:
     default_text_tokens: int = attrs.field(default=16, validator=_non_negative_int)
     # Block hashes the prefix cache remembers (16 tokens each), least recently used evicted.
     prefix_cache_blocks: int = attrs.field(default=4096, validator=_non_negative_int)
+    # --enable-prompt-tokens-details: usage reports the prompt tokens the prefix cache served,
+    # as `prompt_tokens_details.cached_tokens` (always on in the openai dialect).
+    enable_prompt_tokens_details: bool = attrs.field(default=False, validator=v.instance_of(bool))
     # Real vLLM aborts a request whose client left. False simulates a server that cannot see
     # the disconnect (keeps generating for nobody), to measure what that costs.
     abort_on_disconnect: bool = attrs.field(default=True, validator=v.instance_of(bool))

@@ -55,6 +55,8 @@ class ResponseContext:
     # "openai": OpenAI's own API. Reasoning is counted but never shown, vLLM's extra keys
     # are left out, and usage reports cached prompt tokens.
     dialect: str = "vllm"
+    # vLLM's --enable-prompt-tokens-details: usage says how many prompt tokens were cached.
+    prompt_details: bool = False
 
 
 # Keys only vLLM writes; OpenAI's API has none of them.
@@ -90,7 +92,7 @@ def _stream_usage(
         "completion_tokens": completion,
         "completion_tokens_details": {"reasoning_tokens": reasoning},
     }
-    if ctx.dialect == "openai":
+    if ctx.dialect == "openai" or ctx.prompt_details:
         usage["prompt_tokens_details"] = {"cached_tokens": cached}
     return usage
 
@@ -287,7 +289,9 @@ def _completion_body(
             "total_tokens": ctx.prompt_tokens + len(tokens),
             "completion_tokens": len(tokens),
             "prompt_tokens_details": (
-                {"cached_tokens": cached_tokens} if ctx.dialect == "openai" else None
+                {"cached_tokens": cached_tokens}
+                if ctx.dialect == "openai" or ctx.prompt_details
+                else None
             ),
             "completion_tokens_details": {"reasoning_tokens": len(reasoning)},
         },

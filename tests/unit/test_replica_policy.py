@@ -1,0 +1,447 @@
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trio_gateway.replica_policy import (
+    Affinity,
+    LeastLoaded,
+    Policy,
+    ReplicaView,
+    RoundRobin,
+    load_score,
+    make_policy,
+    session_key,
+)
+
+
+def idle(*names: str, capacity: int = 8) -> list[ReplicaView]:
+    return [ReplicaView(name, 0, capacity) for name in names]
+
+
+def first_choices(policy: Policy, replicas: list[ReplicaView], keys: list[str]) -> list[str]:
+    return [policy.order(replicas, key)[0] for key in keys]
+
+
+KEYS = [f"p:{i:04x}" for i in range(200)]
+NAMES = st.lists(
+    st.text("abcdefghij-0123456789", min_size=1, max_size=8), min_size=2, max_size=8, unique=True
+)
+
+# --- session_key ---------------------------------------------------------------------------
+
+SYSTEM = {"role": "system", "content": "You are terse."}
+FIRST = {"role": "user", "content": "Plan a trip to Lyon."}
+CHAT = {"messages": [SYSTEM, FIRST]}
+
+
+@pytest.mark.parametrize(
+    ("header", "body", "expected"),
+    [
+        ("abc", {"user": "alice", **CHAT}, "s:abc"),
+        ("  abc\t", CHAT, "s:abc"),
+        ("   ", {"user": "alice", **CHAT}, "u:alice"),
+        ("", {"user": " alice ", **CHAT}, "u:alice"),
+        (None, {"user": "alice", **CHAT}, "u:alice"),
+    ],
+)
+def test_session_key_sources_in_order(
+    header: str | None, body: dict[str, Any], expected: str
+) -> None:
+    assert session_key(header, body) == expected
+
+
+@pytest.mark.parametrize("user", [None, "", "  ", 7, ["alice"], {"id": "alice"}])
+def test_session_key_falls_back_to_the_prompt(user: object) -> None:
+    key = session_key(" ", {"user": user, **CHAT})
+    assert key.startswith("p:")
+    assert key == session_key(None, CHAT)
+
+
+def test_session_key_sources_never_collide() -> None:
+    assert session_key("alice", {}) != session_key(None, {"user": "alice"})
+    prompt = session_key(None, CHAT)
+    assert session_key(prompt[2:], {}) != prompt
+
+
+LATER_TURN = st.fixed_dictionaries(
+    {
+        "role": st.sampled_from(["assistant", "tool", "user", "system"]),
+        "content": st.none() | st.text("abc xyz", max_size=20),
+    },
+    optional={
+        "tool_calls": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "id": st.text("0123", max_size=5),
+                    "function": st.fixed_dictionaries({"name": st.text("fgh", max_size=3)}),
+                }
+            ),
+            max_size=2,
+        )
+    },
+)
+
+
+@settings(max_examples=50)
+@given(st.lists(LATER_TURN, max_size=6))
+def test_the_prompt_key_stays_as_the_conversation_grows(later: list[dict[str, Any]]) -> None:
+    grown = {"messages": [SYSTEM, FIRST, *later]}
+    assert session_key(None, grown) == session_key(None, CHAT)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        [SYSTEM, {"role": "user", "content": "Plan a trip to Lille."}],
+        [{"role": "system", "content": "You are verbose."}, FIRST],
+        [FIRST],
+        [SYSTEM, {"role": "user", "content": [{"type": "text", "text": "Plan a trip to Lyon!"}]}],
+        [SYSTEM, {"role": "assistant", "content": "Plan a trip to Lyon."}],
+        [
+            SYSTEM,
+            {"role": "user", "content": "Plan a trip"},
+            {"role": "user", "content": " to Lyon."},
+        ],
+    ],
+)
+def test_the_prompt_key_follows_the_opening(other: list[dict[str, Any]]) -> None:
+    assert session_key(None, {"messages": other}) != session_key(None, CHAT)
+
+
+def image(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def test_the_prompt_key_reduces_parts_and_tool_calls_to_what_the_model_saw() -> None:
+    def opening(*parts: Any, call_id: str = "call_1", arguments: str = "{}") -> str:
+        function = {"name": "f", "arguments": arguments}
+        call = {"id": call_id, "type": "function", "function": function}
+        msgs = [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "user", "content": list(parts)},
+        ]
+        return session_key(None, {"messages": msgs})
+
+    text = {"type": "text", "text": "what is this?"}
+    assert opening(text, image("https://x/a.png")) == opening(text, image("https://x/a.png"))
+    assert opening(text, image("https://x/a.png")) != opening(text, image("https://x/b.png"))
+    assert opening(text, call_id="call_1") == opening(text, call_id="call_9")
+    assert opening(text, arguments='{"x": 1}') != opening(text)
+    assert opening(text) != opening(text, image("https://x/a.png"))
+    # A bare string part, a text part and string content are the same text.
+    assert opening("what is this?") == opening(text)
+    as_parts = {
+        "messages": [
+            SYSTEM,
+            {"role": "user", "content": [{"type": "text", "text": FIRST["content"]}]},
+        ]
+    }
+    assert session_key(None, as_parts) == session_key(None, CHAT)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["role", "content", "type", "text", "image_url", "url", "tool_calls"])
+            | st.text(max_size=4),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+MESSAGE = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": st.sampled_from(["user", "system", "assistant"]) | JSON,
+        "content": JSON,
+        "tool_calls": JSON,
+    },
+)
+BODY = st.dictionaries(
+    st.sampled_from(["messages", "user", "model"]),
+    JSON | st.lists(MESSAGE | JSON, max_size=5),
+)
+
+
+# The first unicode strategy of a run builds hypothesis' character map: a second or more on a
+# busy machine, which is not this test being slow.
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.none() | st.text(max_size=6), BODY)
+def test_session_key_never_raises(header: str | None, body: dict[str, Any]) -> None:
+    key = session_key(header, body)
+    assert key[:2] in {"s:", "u:", "p:"}
+    assert key == session_key(header, body)
+
+
+def test_a_lone_surrogate_in_user_is_a_key_like_any_other() -> None:
+    key = session_key(None, {"user": "\ud800x"})
+    assert key == "u:\ud800x"
+    assert Affinity().order(idle("a", "b"), key)[0] in {"a", "b"}
+    assert session_key(None, {"messages": [{"role": "user", "content": "\udfff"}]}).startswith("p:")
+
+
+# --- every policy ----------------------------------------------------------------------------
+
+REPLICAS = st.lists(
+    st.builds(
+        ReplicaView,
+        name=st.text("abcdef", min_size=1, max_size=3),
+        in_flight=st.integers(0, 40),
+        capacity=st.integers(1, 32),
+        healthy=st.booleans(),
+        waiting=st.none() | st.integers(0, 10),
+        kv_cache_usage=st.none() | st.floats(0, 1),
+        upstream_load=st.none() | st.integers(0, 60),
+    ),
+    max_size=6,
+    unique_by=lambda r: r.name,
+)
+
+
+@pytest.mark.parametrize("name", ["round_robin", "least_loaded", "affinity"])
+@settings(max_examples=60)
+@given(replicas=REPLICAS, key=st.text("ab\u00e9\u4e2d", max_size=5))
+def test_order_lists_each_healthy_replica_once(
+    name: str, replicas: list[ReplicaView], key: str
+) -> None:
+    policy = make_policy(name)
+    order = policy.order(replicas, key)
+    assert sorted(order) == sorted(r.name for r in replicas if r.healthy)
+
+
+@pytest.mark.parametrize("name", ["round_robin", "least_loaded", "affinity"])
+def test_no_healthy_replica_means_no_order(name: str) -> None:
+    policy = make_policy(name)
+    assert policy.order([], "k") == []
+    sick = [ReplicaView("a", 0, 4, healthy=False), ReplicaView("b", 0, 4, healthy=False)]
+    assert policy.order(sick, "k") == []
+
+
+def test_make_policy_names_the_choices() -> None:
+    assert isinstance(make_policy("round_robin"), RoundRobin)
+    assert isinstance(make_policy("least_loaded"), LeastLoaded)
+    affinity = make_policy("affinity", epsilon=0.5)
+    assert isinstance(affinity, Affinity) and affinity.epsilon == 0.5
+    with pytest.raises(ValueError, match=r"unknown replica policy 'hash'.*affinity.*round_robin"):
+        make_policy("hash")
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "nodes"), [(-0.1, 100), (math.nan, 100), (math.inf, 1), (0.2, 0)]
+)
+def test_affinity_rejects_meaningless_settings(epsilon: float, nodes: int) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        Affinity(epsilon=epsilon, virtual_nodes=nodes)
+
+
+# --- round robin -----------------------------------------------------------------------------
+
+
+@settings(max_examples=50)
+@given(health=st.lists(st.booleans(), min_size=1, max_size=6), k=st.integers(1, 4))
+def test_round_robin_each_healthy_replica_leads_k_times(health: list[bool], k: int) -> None:
+    replicas = [ReplicaView(f"r{i}", 0, 4, healthy=h) for i, h in enumerate(health)]
+    healthy = [r.name for r in replicas if r.healthy]
+    policy = RoundRobin()
+    orders = [policy.order(replicas, "k") for _ in range(k * len(healthy))]
+    leads = Counter(order[0] for order in orders if order)
+    assert leads == dict.fromkeys(healthy, k)
+    for order in orders:
+        # A rotation of the listed order, never an unhealthy name.
+        start = healthy.index(order[0])
+        assert order == healthy[start:] + healthy[:start]
+
+
+# --- least loaded ----------------------------------------------------------------------------
+
+R = ReplicaView
+
+
+@pytest.mark.parametrize(
+    ("replicas", "first"),
+    [
+        ([R("a", 3, 8), R("b", 1, 8)], "b"),
+        # Fractions of capacity, not counts.
+        ([R("a", 4, 16), R("b", 2, 4)], "a"),
+        # Queued inside vLLM counts on top of in flight: 2 + 2 > 3.
+        ([R("a", 2, 8, waiting=2), R("b", 3, 8)], "b"),
+        ([R("a", 2, 8, waiting=0), R("b", 3, 8)], "a"),
+        # Other clients' requests, seen by vLLM's /load, replace the gateway's own count.
+        ([R("a", 1, 8, upstream_load=6), R("b", 3, 8)], "b"),
+        # ... only when larger: a stale /load below the gateway's count changes nothing.
+        ([R("a", 4, 8, upstream_load=0), R("b", 3, 8)], "b"),
+        ([R("a", 2, 8, upstream_load=2), R("b", 3, 8)], "a"),
+        # KV cache usage separates equal counts ...
+        ([R("a", 2, 8, kv_cache_usage=0.9), R("b", 2, 8, kv_cache_usage=0.1)], "b"),
+        ([R("a", 3, 8, kv_cache_usage=0.0), R("b", 2, 8, kv_cache_usage=0.95)], "b"),
+        # ... but is worth at most one request.
+        ([R("a", 2, 8, kv_cache_usage=0.0), R("b", 1, 8, kv_cache_usage=0.99)], "b"),
+        # An out-of-range scrape is clamped to 1: 1 + 1 < 2 + .5.
+        ([R("a", 2, 8, kv_cache_usage=0.5), R("b", 1, 8, kv_cache_usage=7.0)], "b"),
+        ([R("a", 1, 8, kv_cache_usage=math.nan), R("b", 1, 8, kv_cache_usage=0.5)], "a"),
+        # The least loaded but unhealthy replica is not a choice.
+        ([R("a", 0, 8, healthy=False), R("b", 7, 8), R("c", 5, 8)], "c"),
+        # Everything at once: a = (5 + 1 + .5) / 10 = .65, b = (3 + 2 + .25) / 8 = .656, c = .7
+        (
+            [
+                R("c", 7, 10),
+                R("a", 2, 10, waiting=1, kv_cache_usage=0.5, upstream_load=5),
+                R("b", 3, 8, waiting=2, kv_cache_usage=0.25),
+            ],
+            "a",
+        ),
+    ],
+)
+def test_least_loaded_first_choice(replicas: list[ReplicaView], first: str) -> None:
+    assert LeastLoaded().order(replicas, "k")[0] == first
+
+
+def test_load_score_formula() -> None:
+    assert load_score(R("a", 2, 8)) == 0.25
+    assert load_score(R("a", 2, 8, waiting=2, kv_cache_usage=0.5, upstream_load=5)) == 7.5 / 8
+    assert load_score(R("a", 6, 8, waiting=None, kv_cache_usage=None, upstream_load=5)) == 0.75
+
+
+def test_least_loaded_orders_everyone_by_score() -> None:
+    replicas = [R("a", 6, 8), R("b", 0, 8), R("c", 3, 8, waiting=4), R("d", 1, 2)]
+    # a .75, b 0, c .875, d .5
+    assert LeastLoaded().order(replicas, "k") == ["b", "d", "a", "c"]
+
+
+def test_least_loaded_equal_replicas_share_the_lead() -> None:
+    replicas = [R("a", 1, 8), R("b", 1, 8), R("c", 1, 8), R("busy", 5, 8)]
+    policy = LeastLoaded()
+    orders = [policy.order(replicas, "k") for _ in range(30)]
+    assert Counter(order[0] for order in orders) == {"a": 10, "b": 10, "c": 10}
+    assert all(order[-1] == "busy" for order in orders)
+
+
+# --- affinity --------------------------------------------------------------------------------
+
+
+def test_affinity_is_stable() -> None:
+    replicas = [R("a", 1, 8), R("b", 2, 8), R("c", 0, 8)]
+    for key in KEYS[:50]:
+        orders = {tuple(Affinity().order(replicas, key)) for _ in range(3)}
+        policy = Affinity()
+        orders |= {tuple(policy.order(list(reversed(replicas)), key)) for _ in range(3)}
+        assert len(orders) == 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(names=NAMES, data=st.data())
+def test_affinity_removing_a_replica_moves_only_its_keys(
+    names: list[str], data: st.DataObject
+) -> None:
+    gone = data.draw(st.sampled_from(names))
+    policy = Affinity()
+    before = first_choices(policy, idle(*names), KEYS)
+    after = first_choices(policy, idle(*(n for n in names if n != gone)), KEYS)
+    for key, was, now in zip(KEYS, before, after, strict=True):
+        assert now == was or was == gone, key
+    assert gone not in after
+
+
+@settings(max_examples=30, deadline=None)
+@given(names=NAMES)
+def test_affinity_adding_a_replica_moves_about_one_nth(names: list[str]) -> None:
+    new = "+" + names[0]
+    policy = Affinity()
+    before = first_choices(policy, idle(*names), KEYS)
+    after = first_choices(policy, idle(*names, new), KEYS)
+    moved = [now for was, now in zip(before, after, strict=True) if now != was]
+    assert set(moved) <= {new}
+    # Expected 1/(n + 1); 2/n leaves room for an unlucky ring.
+    assert len(moved) <= 2 * len(KEYS) / len(names)
+
+
+def test_affinity_spreads_keys_evenly() -> None:
+    rng = random.Random(4)
+    keys = [f"p:{rng.getrandbits(64):016x}" for _ in range(10_000)]
+    shares = Counter(first_choices(Affinity(virtual_nodes=100), idle("a", "b", "c", "d"), keys))
+    assert set(shares) == {"a", "b", "c", "d"}
+    assert all(0.15 <= count / len(keys) <= 0.35 for count in shares.values()), shares
+
+
+@pytest.mark.parametrize(("epsilon", "seed"), [(0.25, 1), (0.25, 2), (0.1, 3), (0.0, 4), (1.0, 5)])
+def test_affinity_bounds_the_load_of_a_hot_key(epsilon: float, seed: int) -> None:
+    rng = random.Random(seed)
+    names = ["a", "b", "c", "d", "e"]
+    in_flight = dict.fromkeys(names, 0)
+    policy = Affinity(epsilon=epsilon)
+    for step in range(1, 1001):
+        key = "u:hot" if rng.random() < 0.5 else f"u:{rng.randrange(100)}"
+        chosen = policy.order([R(n, in_flight[n], 1000) for n in names], key)[0]
+        in_flight[chosen] += 1
+        mean = step / len(names)
+        assert max(in_flight.values()) <= math.ceil((1 + epsilon) * mean) + 1, (step, in_flight)
+
+
+def test_affinity_passes_over_a_full_replica_but_keeps_it_last() -> None:
+    key = KEYS[0]
+    names = ["a", "b", "c", "d"]
+    ring_order = Affinity().order(idle(*names), key)
+    home = ring_order[0]
+    # 3 in flight in all, n = 4: bound = ceil(1.25 * 4 / 4) = 2.
+    replicas = [R(n, 2 if n == home else 1 if n == ring_order[1] else 0, 8) for n in names]
+    assert Affinity().order(replicas, key) == [*ring_order[1:], home]
+    # Two full ones: 6 in flight, bound = ceil(1.25 * 7 / 4) = 3; both go last, in ring order.
+    replicas = [R(n, 3 if n in ring_order[:2] else 0, 8) for n in names]
+    assert Affinity().order(replicas, key) == ring_order[2:] + ring_order[:2]
+    # All at 1: bound = ceil(1.25 * 5 / 4) = 2, nobody full; home again.
+    assert Affinity().order([R(n, 1, 8) for n in names], key) == ring_order
+
+
+def test_affinity_at_equal_loads_the_ring_decides() -> None:
+    # Even at epsilon 0 (bound = ceil((total + 1) / n)) equal replicas are never full: some
+    # replica is always below the bound, so the first choice never has to be a full one.
+    policy = Affinity(epsilon=0.0)
+    for key in KEYS[:20]:
+        ring_order = policy.order(idle("a", "b", "c"), key)
+        assert policy.order([R(n, 3, 8) for n in "abc"], key) == ring_order
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "total", "n", "bound"),
+    [
+        (0.25, 0, 4, 1),
+        (0.25, 3, 4, 2),
+        (0.25, 7, 4, 3),
+        (0.1, 9, 11, 1),
+        (0.0, 5, 3, 2),
+        (1.0, 9, 2, 10),
+    ],
+)
+def test_affinity_bound_is_exact(epsilon: float, total: int, n: int, bound: int) -> None:
+    assert Affinity(epsilon=epsilon).bound(total, n) == bound
+
+
+def test_an_unhealthy_replicas_keys_go_to_the_next_and_come_back() -> None:
+    names = ["a", "b", "c", "d"]
+    policy = Affinity()
+    ring_orders = {key: policy.order(idle(*names), key) for key in KEYS}
+    on_b = [key for key, order in ring_orders.items() if order[0] == "b"]
+    assert on_b
+    sick = [R(n, 0, 8, healthy=n != "b") for n in names]
+    for key, order in ring_orders.items():
+        assert policy.order(sick, key) == [n for n in order if n != "b"]
+    assert {key: policy.order(idle(*names), key) for key in KEYS} == ring_orders
+
+
+def test_affinity_keeps_a_few_rings_and_stays_right_after_forgetting() -> None:
+    policy = Affinity()
+    sets = [idle(*(f"r{j}" for j in range(i, i + 3))) for i in range(10)]
+    first = [policy.order(s, "k") for s in sets]
+    assert len(policy._rings) <= 4
+    assert [Affinity().order(s, "k") for s in sets] == first
+    assert [policy.order(s, "k") for s in sets] == first
