@@ -104,7 +104,8 @@ $(MUTATION_STAMP): $(STAMP) pyproject.toml
 MUTMUT_RUN = $(BIN)/mutmut run --max-children $(or $(MUTATION_JOBS),2)
 MUTATION_CORE = trio_gateway.pipeline. trio_gateway.relay. trio_gateway.request. \
 	trio_gateway.toolcalls. trio_gateway.sse. trio_gateway.upstream_errors. \
-	trio_gateway.fronts.openai_chunks. trio_gateway.health.
+	trio_gateway.fronts.openai_chunks. trio_gateway.health. trio_gateway.replica_policy. \
+	trio_gateway.toolcall_stop.
 MUTATION_PROVIDERS = trio_gateway.providers.
 
 mutation: $(MUTATION_STAMP)

@@ -117,7 +117,7 @@ class Router:
                     state=health.state.value,
                     cooling_down=health.cooling_down(now),
                     upstream_load=health.upstream_load,
-                    endpoints=_endpoint_gauges(upstream, now),
+                    endpoints=_endpoint_gauges(upstream),
                 )
             )
         return out
@@ -284,7 +284,7 @@ class Router:
             health.success()  # it answered, and correctly so
             raise
         except GatewayError as exc:
-            self._note_failure(upstream, health, exc)
+            self._note_failure(health, exc)
             if emitted:
                 raise
             return exc
@@ -295,7 +295,7 @@ class Router:
             upstream.gate.release_on_behalf_of(borrower)
             self._served(provider, trio.current_time() - started)
 
-    def _note_failure(self, upstream: Upstream, health: ProviderHealth, exc: GatewayError) -> None:
+    def _note_failure(self, health: ProviderHealth, exc: GatewayError) -> None:
         now = trio.current_time()
         if isinstance(exc, UpstreamRateLimited | UpstreamOverloaded):
             # Busy, not broken: rest for as long as it asked, without counting a failure.
@@ -320,7 +320,7 @@ class Router:
         return AllProvidersFailed(failures)
 
 
-def _endpoint_gauges(provider: Provider, now: float) -> tuple[ReplicaGauges, ...]:
+def _endpoint_gauges(provider: Provider) -> tuple[ReplicaGauges, ...]:
     if isinstance(provider, ReplicaSet):
         return tuple(
             _endpoint(r.name, r.upstream, r.health.state.value, r.health.upstream_load)

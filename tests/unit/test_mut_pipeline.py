@@ -7,18 +7,23 @@ provider; here two providers, against ``httpx.MockTransport``.
 
 from __future__ import annotations
 
+import attrs
 import httpx
 import pytest
 import trio
 import trio.testing
 
-from tests.unit.test_mut_upstream import COMPLETION, chat, shell
+from tests.h1_mock import handler_connect
+from tests.unit.test_mut_upstream import COMPLETION, chat, provider, shell
 from trio_gateway.config import AliasConfig
 from trio_gateway.errors import AllProvidersFailed, Overloaded
 from trio_gateway.events import Event, ResponseDone
 from trio_gateway.health import ProviderHealth
+from trio_gateway.metrics import ReplicaGauges
 from trio_gateway.pipeline import Router
+from trio_gateway.providers.replicas import Replica, ReplicaSet, replica_config, replica_label
 from trio_gateway.providers.upstream import Upstream
+from trio_gateway.providers.vllm_signals import ReplicaSignals
 
 
 async def refuse(request: httpx.Request) -> httpx.Response:
@@ -121,3 +126,102 @@ async def test_gauges_report_each_provider_s_state_and_load() -> None:
     health.upstream_load = 3
     (gauge,) = router.gauges()
     assert (gauge.provider, gauge.state, gauge.upstream_load) == ("p1", "starting", 3)
+
+
+async def test_retry_after_follows_how_long_requests_held_a_slot(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await trio.sleep(10.0)
+        return httpx.Response(200, json=COMPLETION)
+
+    upstream = shell(
+        slow, name="p1", max_inflight=1, queue_timeout_s=0.0, first_token_timeout_s=100.0
+    )
+    router = router_of(upstream)
+    await router.run(chat(), router.plan(chat()), ignore)
+    # The moving average moved from 2 s a fifth of the way to the 10 s the request took.
+    upstream.gate.acquire_on_behalf_of_nowait(object())
+    with pytest.raises(Overloaded) as caught:
+        await router.run(chat(), router.plan(chat()), ignore)
+    assert caught.value.retry_after_s == 4.0  # ceil(2 + 0.2 * (10 - 2))
+
+
+async def test_each_endpoint_shows_its_gate_and_what_it_says_of_itself() -> None:
+    upstream = shell(refuse, name="p1", max_inflight=3, base_url="http://10.0.0.5:8000/v1")
+    upstream.gate.acquire_on_behalf_of_nowait(object())
+    upstream.signals = ReplicaSignals(waiting=2, kv_cache_usage=0.5, load=4)
+    upstream.prefix_cache.update(ReplicaSignals(prefix_cache_queries=100, prefix_cache_hits=0))
+    upstream.prefix_cache.update(ReplicaSignals(prefix_cache_queries=300, prefix_cache_hits=150))
+    router = router_of(upstream)
+    (gauge,) = router.gauges()
+    assert gauge.endpoints == (
+        ReplicaGauges(
+            replica="10.0.0.5:8000",
+            in_flight=1,
+            max_inflight=3,
+            state="",
+            upstream_load=4,
+            waiting=2,
+            kv_cache_usage=0.5,
+            prefix_cache_queries=200,
+            prefix_cache_hits=150,
+            prefix_cache_hit_ratio=0.75,
+        ),
+    )
+
+
+def fleet(routing: str = "round_robin", *names: str) -> ReplicaSet:
+    urls = [f"http://{n}:8000/v1" for n in names]
+    config = provider(name="fleet", endpoints=tuple(urls), base_url=None, routing=routing)
+    replicas = []
+    for url in urls:
+        own = replica_config(config, url)
+        upstream = Upstream(
+            own,
+            None,
+            httpx.AsyncClient(transport=httpx.MockTransport(answer)),
+            connect=handler_connect(answer),
+        )
+        replicas.append(Replica(replica_label(url), upstream, ProviderHealth(own, now=0.0)))
+    return ReplicaSet(config, replicas)
+
+
+async def test_a_replicated_provider_shows_each_replica() -> None:
+    replicas = fleet("round_robin", "a", "b")
+    first, second = replicas.replicas
+    first.upstream.gate.acquire_on_behalf_of_nowait(object())
+    first.health.upstream_load = 5
+    second.health.success()
+    second.upstream.signals = ReplicaSignals(load=7)
+    router = Router({"x": AliasConfig(providers=(replicas.config,))}, {"fleet": replicas})
+    (gauge,) = router.gauges()
+    assert (gauge.provider, gauge.in_flight, gauge.max_inflight, gauge.state) == (
+        "fleet",
+        1,
+        6,
+        "healthy",
+    )
+    assert [(e.replica, e.in_flight, e.state, e.upstream_load) for e in gauge.endpoints] == [
+        ("a:8000", 1, "starting", 5),
+        ("b:8000", 0, "healthy", 7),
+    ]
+
+
+async def test_the_alias_queue_waits_on_every_replica_in_the_session_s_order(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    replicas = fleet("affinity", "a", "b", "c")
+    alias = AliasConfig(providers=(replicas.config,), on_saturated="queue", max_queue_wait_s=5.0)
+    router = Router({"x": alias}, {"fleet": replicas})
+    holder = object()
+    for replica in replicas.replicas:
+        replica.upstream.gate.acquire_on_behalf_of_nowait(holder)
+    request = attrs.evolve(chat(), alias="x", session_id="s1")
+    home = replicas.candidates(request, trio.current_time())[1]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(router.run, request, router.plan(request), ignore)
+        await trio.testing.wait_all_tasks_blocked()
+        home.upstream.gate.release_on_behalf_of(holder)  # the one that frees first wins
+    assert home.upstream.gate.borrowed_tokens == 0
+    assert sum(r.upstream.gate.borrowed_tokens for r in replicas.replicas) == 2

@@ -308,3 +308,32 @@ async def test_an_error_for_a_consumer_that_left_is_dropped_quietly(
         consume=gone,
     )
     assert isinstance(outcome.error, UpstreamProtocolError)
+
+
+async def test_the_record_starts_when_the_request_did(
+    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import itertools
+    import types
+
+    # relay's own view of the wall clock only: 1000, 2000, ... at each reading.
+    clock = itertools.count(1000.0, 1000.0)
+    monkeypatch.setattr("trio_gateway.relay.time", types.SimpleNamespace(time=lambda: next(clock)))
+    gateway = router(fast_stream)
+    sink = Sink()
+    gateway.usage = sink
+    await collect_all(gateway)
+    assert [r.started_at for r in sink.records] == [1000.0]
+
+
+async def test_a_hold_is_settled_without_prices_when_no_provider_answered(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway = router(fast_stream)
+    gateway.drain.begin()  # refused before any provider
+    settlements = Settlements()
+    gateway.limits = settlements  # type: ignore[assignment]
+    admission = Admission(key="k", hold_id="h1", headers=[])
+    await collect_all(gateway, admission=admission)
+    [(settled, record, provider)] = settlements.calls
+    assert settled is admission and record.provider is None and provider is None
