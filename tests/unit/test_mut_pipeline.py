@@ -139,6 +139,7 @@ async def test_retry_after_follows_how_long_requests_held_a_slot(
         slow, name="p1", max_inflight=1, queue_timeout_s=0.0, first_token_timeout_s=100.0
     )
     router = router_of(upstream)
+    await trio.sleep(100.0)  # the request starts at no special instant
     await router.run(chat(), router.plan(chat()), ignore)
     # The moving average moved from 2 s a fifth of the way to the 10 s the request took.
     upstream.gate.acquire_on_behalf_of_nowait(object())
@@ -225,3 +226,19 @@ async def test_the_alias_queue_waits_on_every_replica_in_the_session_s_order(
         home.upstream.gate.release_on_behalf_of(holder)  # the one that frees first wins
     assert home.upstream.gate.borrowed_tokens == 0
     assert sum(r.upstream.gate.borrowed_tokens for r in replicas.replicas) == 2
+
+
+async def test_a_spill_is_counted_where_it_left_and_each_failure_named(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    first = shell(answer, name="p1", max_inflight=1, queue_timeout_s=0.0)
+    second = shell(refuse, name="p2", weight=0)
+    first.gate.acquire_on_behalf_of_nowait(object())
+    router = router_of(first, second)
+    with pytest.raises(AllProvidersFailed) as caught:
+        await router.run(chat(), router.plan(chat()), ignore)
+    assert caught.value.message.startswith(
+        "all 2 providers failed: p1: [overloaded] p1: all 1 slots busy for 0 s; p2: "
+    )
+    assert router.recent.summary("p1", trio.current_time())["spills"] == 1
+    assert router.recent.summary("p2", trio.current_time())["spills"] == 0

@@ -202,7 +202,9 @@ async def test_a_gateway_bug_is_an_internal_error_with_its_class_name(
     assert isinstance(error, InternalError)
     assert error.message == "internal error: KeyError"
     assert outcome.error is error
-    assert "internal error while serving a" in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "internal error while serving a"
+    ]
 
 
 async def test_the_record_is_offered_and_the_hold_settled_at_the_answering_provider(
@@ -313,17 +315,19 @@ async def test_an_error_for_a_consumer_that_left_is_dropped_quietly(
 async def test_the_record_starts_when_the_request_did(
     autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import itertools
     import types
 
-    # relay's own view of the wall clock only: 1000, 2000, ... at each reading.
-    clock = itertools.count(1000.0, 1000.0)
-    monkeypatch.setattr("trio_gateway.relay.time", types.SimpleNamespace(time=lambda: next(clock)))
-    gateway = router(fast_stream)
+    # relay's own view of the wall clock follows the virtual one; the answer takes 5 s.
+    wall = types.SimpleNamespace(time=lambda: 1000.0 + trio.current_time())
+    monkeypatch.setattr("trio_gateway.relay.time", wall)
+    gateway = router(bursts)
     sink = Sink()
     gateway.usage = sink
+    started = trio.current_time()
     await collect_all(gateway)
-    assert [r.started_at for r in sink.records] == [1000.0]
+    [record] = sink.records
+    assert record.started_at == 1000.0 + started
+    assert record.duration_s == pytest.approx(5.0, abs=0.1)
 
 
 async def test_a_hold_is_settled_without_prices_when_no_provider_answered(
@@ -337,3 +341,45 @@ async def test_a_hold_is_settled_without_prices_when_no_provider_answered(
     await collect_all(gateway, admission=admission)
     [(settled, record, provider)] = settlements.calls
     assert settled is admission and record.provider is None and provider is None
+
+
+async def test_a_drain_that_ends_mid_answer_tells_the_client(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway = router(bursts)
+    items: list[Item] = []
+
+    async def consume(channel: trio.MemoryReceiveChannel[Item]) -> None:
+        async for item in channel:
+            items.append(item)
+            if len(items) == 3:
+                gateway.drain.cancel_all()  # the drain deadline passed
+
+    request = chat()
+    outcome = await relay(
+        request,
+        gateway.plan(request),
+        buffer_events=4,
+        client_stall_timeout_s=10.0,
+        consume=consume,
+    )
+    assert outcome.cancelled == "shutdown"
+    error = items[-1]
+    assert isinstance(error, ShuttingDown)
+    assert error.message == "the gateway shut down before the answer finished"
+    assert sum(isinstance(i, TextDelta) for i in items) < BURSTS * BURST
+
+
+async def test_the_watcher_cancels_the_request_s_scope(autojump_clock: trio.abc.Clock) -> None:
+    gateway = router(bursts)
+    started = trio.current_time()
+
+    async def client_leaves(scope: trio.CancelScope, outcome: Outcome) -> None:
+        await trio.sleep(1.0)
+        outcome.cancelled = "client_gone"
+        scope.cancel()
+
+    outcome, items = await collect_all(gateway, watch=client_leaves)
+    assert outcome.cancelled == "client_gone"
+    assert trio.current_time() - started == pytest.approx(1.0)
+    assert 0 < sum(isinstance(i, TextDelta) for i in items) < BURSTS * BURST

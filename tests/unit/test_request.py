@@ -24,6 +24,11 @@ def body(**fields: Any) -> bytes:
         (b"{", InvalidJSON, "not valid JSON"),
         (b'{"model": "a",}', InvalidJSON, "line 1 column"),
         (b"\xff\xfe{}", InvalidJSON, ""),
+        (
+            b'{"model": "\xff"}',
+            InvalidJSON,
+            "request body is not UTF-8: invalid start byte at byte 11",
+        ),
         (b"[]", InvalidRequest, "JSON object"),
         (b'{"model": "a", "messages": [], "temperature": NaN}', InvalidJSON, "NaN"),
         (b'{"model": "a", "temperature": -Infinity}', InvalidJSON, "-Infinity"),
