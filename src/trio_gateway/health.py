@@ -140,13 +140,20 @@ async def probe_service(
         else:
             health.success()
             health.upstream_load = await read_load()
-        if health.state is not before:
-            log.log(
-                logging.WARNING if health.state is State.UNHEALTHY else logging.INFO,
-                "provider %s: %s -> %s%s",
-                name,
-                before.value,
-                health.state.value,
-                f" ({health.last_error})" if health.last_error else "",
-            )
+        log_transition(name, before, health)
         await trio.sleep(config.probe_interval_s)
+
+
+def log_transition(name: str, before: State, health: ProviderHealth) -> None:
+    """One line when a provider (or replica) changes state, whatever made it: a probe, or
+    real traffic failing ``unhealthy_after`` times in a row."""
+    if health.state is before:
+        return
+    log.log(
+        logging.WARNING if health.state is State.UNHEALTHY else logging.INFO,
+        "provider %s: %s -> %s%s",
+        name,
+        before.value,
+        health.state.value,
+        f" ({health.last_error})" if health.last_error else "",
+    )

@@ -30,7 +30,7 @@ from trio_gateway.errors import (
     UpstreamRateLimited,
 )
 from trio_gateway.events import Event
-from trio_gateway.health import ProviderHealth
+from trio_gateway.health import ProviderHealth, log_transition
 from trio_gateway.metrics import Metrics, ProviderGauges, ReplicaGauges
 from trio_gateway.providers.replicas import GroupHealth, ReplicaSet, replica_label
 from trio_gateway.providers.upstream import Emit, Upstream
@@ -59,6 +59,7 @@ class Member:
 
     upstream: Upstream
     health: ProviderHealth
+    name: str  # for logs: the provider's name, and a replica's host:port after an "@"
 
 
 @attrs.frozen(kw_only=True)
@@ -158,10 +159,13 @@ class Router:
         """Where ``request`` may go within ``provider``, in the order to try."""
         if isinstance(provider, ReplicaSet):
             now = trio.current_time()
-            return [Member(r.upstream, r.health) for r in provider.candidates(request, now)]
+            return [
+                Member(r.upstream, r.health, f"{provider.name}@{r.name}")
+                for r in provider.candidates(request, now)
+            ]
         health = self.health[provider.name]
         assert isinstance(health, ProviderHealth)
-        return [Member(provider, health)]
+        return [Member(provider, health, provider.name)]
 
     async def _admit_queued(
         self, plan: Plan, request: ChatRequest, borrower: object
@@ -278,6 +282,7 @@ class Router:
             await emit(event)
 
         started = trio.current_time()
+        before = health.state
         try:
             await upstream.stream_chat(request, tracked, meter)
         except RequestError:
@@ -294,6 +299,7 @@ class Router:
         finally:
             upstream.gate.release_on_behalf_of(borrower)
             self._served(provider, trio.current_time() - started)
+            log_transition(member.name, before, health)
 
     def _note_failure(self, health: ProviderHealth, exc: GatewayError) -> None:
         now = trio.current_time()

@@ -16,7 +16,7 @@ import trio.testing
 from tests.h1_mock import handler_connect
 from tests.unit.test_mut_upstream import COMPLETION, chat, provider, shell
 from trio_gateway.config import AliasConfig
-from trio_gateway.errors import AllProvidersFailed, Overloaded
+from trio_gateway.errors import AllProvidersFailed, GatewayError, Overloaded
 from trio_gateway.events import Event, ResponseDone
 from trio_gateway.health import ProviderHealth
 from trio_gateway.metrics import ReplicaGauges
@@ -242,3 +242,14 @@ async def test_a_spill_is_counted_where_it_left_and_each_failure_named(
     )
     assert router.recent.summary("p1", trio.current_time())["spills"] == 1
     assert router.recent.summary("p2", trio.current_time())["spills"] == 0
+
+
+async def test_traffic_that_takes_a_provider_out_of_rotation_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    upstream = shell(refuse, name="p1", unhealthy_after=1, startup_grace_s=0.0)
+    router = router_of(upstream)
+    with pytest.raises(GatewayError):
+        await router.run(chat(), router.plan(chat()), ignore)
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert line.startswith("provider p1: starting -> unhealthy (p1")

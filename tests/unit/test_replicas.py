@@ -158,3 +158,21 @@ async def test_affinity_follows_the_session_header(autojump_clock: trio.abc.Cloc
     }
     assert homes == again
     assert len(set(homes.values())) >= 3
+
+
+async def test_a_scraped_load_counts_only_other_clients_on_top_of_the_gateway_s_own(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    replicas = fleet("least_loaded", n=2, max_inflight=4)
+    first, second = replicas.replicas
+    # Scraped while the gateway had 10 requests there; they have all ended since.
+    first.upstream.signals = ReplicaSignals(load=10, load_own=10)
+    # Scraped with 1 of the gateway's and 2 of other clients'; the gateway has 3 there now.
+    for _ in range(3):
+        second.upstream.gate.acquire_on_behalf_of_nowait(object())
+    second.upstream.signals = ReplicaSignals(load=3, load_own=1)
+    views = {v.name: v for v in (r.view(trio.current_time()) for r in replicas.replicas)}
+    assert views["r0:8000"].upstream_load == 0
+    assert views["r1:8000"].upstream_load == 5
+    # So the idle replica is first, not starved by its own past.
+    assert replicas.candidates(chat(), trio.current_time())[0] is first

@@ -42,7 +42,10 @@ class Replica:
     def view(self, now: float) -> ReplicaView:
         stats = self.upstream.gate.statistics()
         signals = self.upstream.signals
-        load = signals.load if signals.load is not None else self.health.upstream_load
+        # A scraped /load is seconds old: the gateway's own requests in it may have ended since.
+        # What counts is the others' share, on top of the gateway's count now.
+        others = signals.others_load()
+        load = None if others is None else stats.borrowed_tokens + others
         return ReplicaView(
             name=self.name,
             in_flight=stats.borrowed_tokens,

@@ -167,10 +167,11 @@ class Upstream:
         except (httpx.HTTPError, trio.TooSlowError, GatewayError):
             text = None
         load = await self.read_load()
+        own = self.gate.statistics().borrowed_tokens
         if text is None and load is None:
             return None
         signals = parse_vllm_metrics(text) if text is not None else ReplicaSignals()
-        return attrs.evolve(signals, load=load)
+        return attrs.evolve(signals, load=load, load_own=own)
 
     async def stream_chat(
         self, request: ChatRequest, emit: Emit, meter: UsageMeter | None = None

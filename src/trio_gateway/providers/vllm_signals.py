@@ -31,6 +31,13 @@ class ReplicaSignals:
     prefix_cache_queries: float | None = None  # tokens looked up in the prefix cache
     prefix_cache_hits: float | None = None  # of which found
     load: int | None = None  # /load: requests held, from every client
+    # The gateway's own requests on the server when /load was read: ``load`` minus these is
+    # the other clients' share, which stays meaningful after the gateway's own have moved on.
+    load_own: int = 0
+
+    def others_load(self) -> int | None:
+        """Requests the server holds for other clients (other gateways included)."""
+        return None if self.load is None else max(0, self.load - self.load_own)
 
 
 def parse_vllm_metrics(text: str) -> ReplicaSignals:
