@@ -5,8 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install run test lint typecheck unit bench bench-overhead bench-stream-timing \
-	bench-cancellation bench-scale bench-slow-clients bench-chunk-path mutation mutation-core \
-	mutation-providers clean
+	bench-cancellation bench-scale bench-slow-clients bench-fleet bench-chunk-path mutation \
+	mutation-core mutation-providers clean
 
 # Serving needs the package alone; the tests add their tools (SDKs, pytest, ruff, mypy).
 RUN_STAMP := $(VENV)/.run-stamp
@@ -86,6 +86,9 @@ bench-scale: $(BENCH_STAMP)
 
 bench-slow-clients: $(BENCH_STAMP)
 	$(BIN)/python -m bench.slow_clients $(BENCH_ARGS)
+
+bench-fleet: $(BENCH_STAMP)
+	$(BIN)/python -m bench.fleet $(BENCH_ARGS)
 
 bench-chunk-path: $(STAMP)
 	$(BIN)/python -m bench.chunk_path $(BENCH_ARGS)

@@ -24,6 +24,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "cancellation": ("--max-inflight", "32"),  # C
     "scale": (),  # D
     "slow_clients": (),  # E
+    "fleet": (),  # F
 }
 
 

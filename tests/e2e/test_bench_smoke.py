@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench import cancellation, overhead, scale, slow_clients, stream_timing
+from bench import cancellation, fleet, overhead, scale, slow_clients, stream_timing
 
 pytestmark = pytest.mark.slow
 MODES = ["direct", "naive", "gateway"]
@@ -130,3 +130,34 @@ def test_slow_clients_smoke(tmp_path: Path) -> None:
     assert gateway["upstream_aborts"] >= 1
     assert rows["naive"]["upstream_aborts"] == 0
     check_middle(gateway)
+
+
+def test_fleet_smoke(tmp_path: Path) -> None:
+    # Its own runs instead of the three modes: one per routing policy, the ideal single
+    # replica, and affinity with a replica killed and restarted (bench/fleet.py).
+    result = run(fleet.main, tmp_path, "fleet")
+    cfg = result["config"]
+    rows = {row["run"]: row for row in result["rows"]}
+    assert sorted(rows) == sorted(cfg["runs"])
+    total = cfg["sessions"] * cfg["turns"]
+    for name, row in rows.items():
+        assert len(row["loadavg_before"]) == 3, name
+        assert row["turns_completed"] == total and row["sessions_given_up"] == 0, name
+        assert 0 < row["hit_rate"] < 1, name
+        assert 0 < row["ttft_p50_s"] <= row["ttft_p99_s"], name
+        assert row["load"]["samples"] > 0 and row["load"]["peak"] >= 1, name
+        assert len(row["per_replica"]) == row["spec"]["replicas"], name
+        if name != "affinity_kill":
+            assert row["failures"] == {}, name
+            # Every token the simulators served from cache reached a client's usage, and the
+            # gateway's /metrics (scraped after the run) counts the same: exact, since probes
+            # add queries but never hits.
+            assert row["gateway_scraped_after"], name
+            assert row["prompt_tokens_hit"] == row["client_cached_tokens"] > 0, name
+            assert row["gateway_hits"] == row["prompt_tokens_hit"], name
+    # The kill: the gateway takes the replica out of rotation and back, and every turn still
+    # completes (a stream cut by the kill is retried by its client, as an agent would).
+    kill = rows["affinity_kill"]["kill"]
+    assert kill["kill_t_s"] < kill["out_of_rotation_t_s"]
+    assert kill["ready_t_s"] < kill["back_in_rotation_t_s"]
+    assert set(kill["errors_by_when"]) <= {"in flight at the kill"}
