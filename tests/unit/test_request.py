@@ -128,3 +128,30 @@ def test_usage_is_only_included_on_streams_that_ask() -> None:
     with pytest.raises(InvalidRequest) as info:
         parse_chat_request(body(stream_options={"include_usage": True}))
     assert info.value.param == "stream_options"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message", "param"),
+    [
+        (b"[]", "request body must be a JSON object", None),
+        (b'{"messages": []}', "'model' must be a non-empty string (an alias)", "model"),
+        (body(reasoning="on"), "'reasoning' must be true or false", "reasoning"),
+        (
+            body(reasoning_effort="max"),
+            "'reasoning_effort' must be one of none, minimal, low, medium, high, xhigh; got 'max'",
+            "reasoning_effort",
+        ),
+        (
+            body(reasoning=True, reasoning_effort="none"),
+            "'reasoning': true contradicts 'reasoning_effort': 'none'",
+            "reasoning",
+        ),
+    ],
+)
+def test_the_exact_words_and_param_of_a_refusal(
+    raw: bytes, message: str, param: str | None
+) -> None:
+    """What a client's SDK shows: the message and the offending field, word for word."""
+    with pytest.raises(RequestError) as info:
+        parse_chat_request(raw)
+    assert (info.value.message, info.value.param) == (message, param)
