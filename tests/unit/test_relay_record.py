@@ -17,8 +17,14 @@ import trio.testing
 
 from tests.unit.test_mut_upstream import chat, shell
 from trio_gateway.access import RequestContext, request_context
-from trio_gateway.config import AliasConfig
-from trio_gateway.errors import UpstreamUnreachable
+from trio_gateway.accounting import Limits
+from trio_gateway.config import AliasConfig, Capability
+from trio_gateway.errors import (
+    CapabilityUnavailable,
+    Overloaded,
+    ShuttingDown,
+    UpstreamUnreachable,
+)
 from trio_gateway.events import Usage
 from trio_gateway.pipeline import Router
 from trio_gateway.relay import CLIENT_GONE, Outcome, record
@@ -52,6 +58,7 @@ def sample(gateway: Router, name: str, **labels: str) -> float | None:
 
 
 async def test_a_completed_answer_is_recorded_everywhere(autojump_clock: trio.abc.Clock) -> None:
+    await trio.sleep(100.0)  # not at the clock's zero: a difference turned sum shows
     gateway, sink = router()
     request = attrs.evolve(chat(), key_name="team-a")
     plan = gateway.plan(request)
@@ -105,6 +112,7 @@ async def test_a_completed_answer_is_recorded_everywhere(autojump_clock: trio.ab
     assert sample(gateway, "gateway_cancellations_total", cause=CLIENT_GONE) is None
     summary = gateway.recent.summary("p1", trio.current_time())
     assert summary["requests"] == 1 and summary["errors"] == 0
+    assert summary["ttft_avg_ms"] == 250.0
 
 
 async def test_no_reasoning_tokens_no_reasoning_sample(autojump_clock: trio.abc.Clock) -> None:
@@ -148,6 +156,7 @@ async def test_a_client_that_left_is_a_cancellation(autojump_clock: trio.abc.Clo
 async def test_an_error_names_its_provider_and_counts_as_one(
     autojump_clock: trio.abc.Clock,
 ) -> None:
+    await trio.sleep(100.0)
     gateway, _ = router()
     error = UpstreamUnreachable("p1 is down", provider="p1")
     outcome = Outcome(error=error)
@@ -219,3 +228,33 @@ async def test_the_wall_clock_start_defaults_to_now(autojump_clock: trio.abc.Clo
     before = time.time()
     rec = record(gateway.plan(chat()), Outcome(), trio.current_time())
     assert before <= rec.started_at <= time.time()
+
+
+async def test_a_refusal_before_the_first_event_is_refused_after_it_failed(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway, _ = router()
+    refused = record(gateway.plan(chat()), Outcome(error=Overloaded("full")), 0.0)
+    assert (refused.outcome, refused.error_code, refused.request_id) == (
+        "refused",
+        "overloaded",
+        "",
+    )
+    late = Outcome(error=ShuttingDown("bye"), provider="p1")
+    late.first_event_at = trio.current_time()
+    failed = record(gateway.plan(chat()), late, 0.0)
+    assert (failed.outcome, failed.error_code) == ("failed", "shutting_down")
+
+
+async def test_the_router_keeps_local_limits_until_told_otherwise() -> None:
+    gateway, _ = router()
+    assert isinstance(gateway.limits, Limits)
+    assert await gateway.limits.admit(None, {}, ()) is None
+
+
+async def test_a_missing_capability_names_the_alias() -> None:
+    gateway, _ = router()
+    request = attrs.evolve(chat(), required=frozenset({Capability.VISION}))
+    with pytest.raises(CapabilityUnavailable) as caught:
+        gateway.plan(request)
+    assert "no provider of alias 'a' offers vision" in caught.value.message
