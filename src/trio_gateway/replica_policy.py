@@ -208,10 +208,8 @@ class LeastLoaded:
         self._calls = 0
 
     def order(self, replicas: Sequence[ReplicaView], key: str) -> list[str]:
-        scored = sorted(
-            ((load_score(r), i, r.name) for i, r in enumerate(replicas) if r.healthy),
-            key=lambda t: (t[0], t[1]),
-        )
+        # By score, then listed order: the index is unique, so names are never compared.
+        scored = sorted((load_score(r), i, r.name) for i, r in enumerate(replicas) if r.healthy)
         turn = self._calls
         self._calls += 1
         ordered: list[str] = []

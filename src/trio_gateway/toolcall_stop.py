@@ -113,8 +113,13 @@ class FirstToolCallOnly:
         self._index: int | None = None  # the first call's index
         self._arguments = ObjectEnd()
         self._call = ToolCallAssembler()
-        self._ending: list[Event] = []
-        self.stopped = False
+        # Set when the answer is cut: the ending close() hands on (once, then empty).
+        self._ending: list[Event] | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """The answer was cut at the first call's end: :meth:`close` gives the ending."""
+        return self._ending is not None
 
     @property
     def done(self) -> bool:
@@ -140,13 +145,12 @@ class FirstToolCallOnly:
         return events
 
     def close(self) -> list[Event]:
-        if self.stopped:
+        if self._ending is not None:
             ending, self._ending = self._ending, []
             return ending
         return self._inner.close()
 
     def _stop(self, events: list[Event], keep: int) -> list[Event]:
-        self.stopped = True
         ending: list[Event] = list(self._call.finish())
         partial = self._inner.usage_so_far()
         # Only the vendor's own counts (vLLM's continuous usage stats) go out as the answer's

@@ -11,7 +11,13 @@ import trio.testing
 
 from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import UpstreamUnreachable
-from trio_gateway.health import HealthSnapshot, ProviderHealth, State, probe_service
+from trio_gateway.health import (
+    HealthSnapshot,
+    ProviderHealth,
+    State,
+    log_transition,
+    probe_service,
+)
 
 
 def config(**fields: object) -> ProviderConfig:
@@ -146,3 +152,18 @@ async def test_a_probe_that_breaks_is_a_logged_gateway_bug_not_a_provider_failur
         record.getMessage() == "provider vllm-b: the readiness probe itself failed (a gateway bug)"
     )
     assert record.exc_info is not None and record.exc_info[0] is KeyError
+
+
+def test_a_recovery_is_logged_at_info_without_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    health = ProviderHealth(config(unhealthy_after=1, healthy_after=1), now=0.0)
+    health._grace_ends = 0.0
+    health.failure("down", now=1.0)
+    caplog.set_level(logging.INFO, logger="trio_gateway.health")
+    log_transition("p", State.STARTING, health)
+    health.success()
+    log_transition("p", State.UNHEALTHY, health)
+    log_transition("p", State.HEALTHY, health)  # no change, no line
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "provider p: starting -> unhealthy (down)"),
+        ("INFO", "provider p: unhealthy -> healthy"),
+    ]

@@ -7,6 +7,8 @@ provider; here two providers, against ``httpx.MockTransport``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import httpx
 import pytest
@@ -172,17 +174,21 @@ async def test_each_endpoint_shows_its_gate_and_what_it_says_of_itself() -> None
     )
 
 
-def fleet(routing: str = "round_robin", *names: str) -> ReplicaSet:
+def fleet(
+    routing: str = "round_robin", *names: str, handler: Any = answer, **overrides: Any
+) -> ReplicaSet:
     urls = [f"http://{n}:8000/v1" for n in names]
-    config = provider(name="fleet", endpoints=tuple(urls), base_url=None, routing=routing)
+    config = provider(
+        name="fleet", endpoints=tuple(urls), base_url=None, routing=routing, **overrides
+    )
     replicas = []
     for url in urls:
         own = replica_config(config, url)
         upstream = Upstream(
             own,
             None,
-            httpx.AsyncClient(transport=httpx.MockTransport(answer)),
-            connect=handler_connect(answer),
+            httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+            connect=handler_connect(handler),
         )
         replicas.append(Replica(replica_label(url), upstream, ProviderHealth(own, now=0.0)))
     return ReplicaSet(config, replicas)
@@ -253,3 +259,14 @@ async def test_traffic_that_takes_a_provider_out_of_rotation_is_logged(
         await router.run(chat(), router.plan(chat()), ignore)
     [line] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert line.startswith("provider p1: starting -> unhealthy (p1")
+
+
+async def test_a_replica_out_of_rotation_is_logged_by_its_address(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    replicas = fleet("round_robin", "a", handler=refuse, unhealthy_after=1, startup_grace_s=0.0)
+    router = Router({"a": AliasConfig(providers=(replicas.config,))}, {"fleet": replicas})
+    with pytest.raises(GatewayError):
+        await router.run(chat(), router.plan(chat()), ignore)
+    [line] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert line.startswith("provider fleet@a:8000: starting -> unhealthy (fleet")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import bisect
+import hashlib
 import math
 import random
 from collections import Counter
@@ -445,3 +447,188 @@ def test_affinity_keeps_a_few_rings_and_stays_right_after_forgetting() -> None:
     assert len(policy._rings) <= 4
     assert [Affinity().order(s, "k") for s in sets] == first
     assert [policy.order(s, "k") for s in sets] == first
+
+
+# --- the prompt key: what it is made of ------------------------------------------------------
+
+
+def one(message: dict[str, Any]) -> dict[str, Any]:
+    return {"messages": [message]}
+
+
+def calls(*tool_calls: object) -> dict[str, Any]:
+    return one({"role": "assistant", "content": None, "tool_calls": list(tool_calls)})
+
+
+@pytest.mark.parametrize(
+    ("body", "same_as"),
+    [
+        (one({"role": 5, "content": "hi"}), one({"content": "hi"})),
+        (one({"role": "user", "content": [{"type": 7}]}), one({"role": "user", "content": [{}]})),
+        (one({"role": "user", "content": [7]}), one({"role": "user", "content": [{}]})),
+        (
+            one({"role": "user", "content": [{"type": "text", "text": 5}]}),
+            one({"role": "user", "content": [{"type": "text"}]}),
+        ),
+        # An image_url given as the bare URL string is that URL.
+        (
+            one({"role": "user", "content": [{"type": "image_url", "image_url": "https://x/a"}]}),
+            one({"role": "user", "content": [image("https://x/a")]}),
+        ),
+        (
+            calls({"function": {"name": 3, "arguments": "{}"}}),
+            calls({"function": {"arguments": "{}"}}),
+        ),
+        (calls({"id": "call_1"}), calls({"function": {}})),
+        (calls("not a call"), calls({"function": {}})),
+    ],
+    ids=[
+        "role",
+        "part-type",
+        "part-not-an-object",
+        "text",
+        "image-url-string",
+        "call-name",
+        "call-without-function",
+        "call-not-an-object",
+    ],
+)
+def test_what_is_not_a_string_counts_as_missing(
+    body: dict[str, Any], same_as: dict[str, Any]
+) -> None:
+    assert session_key(None, body) == session_key(None, same_as)
+
+
+@pytest.mark.parametrize(
+    ("body", "other"),
+    [
+        (
+            calls({"function": {"name": "f", "arguments": "{}"}}),
+            calls({"function": {"name": "g", "arguments": "{}"}}),
+        ),
+        # Other parts are their type: an audio part is not a file part.
+        (
+            one({"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}),
+            one({"role": "user", "content": [{"type": "file", "file": {}}]}),
+        ),
+    ],
+    ids=["tool-call-name", "part-type"],
+)
+def test_the_prompt_key_tells_apart(body: dict[str, Any], other: dict[str, Any]) -> None:
+    assert session_key(None, body) != session_key(None, other)
+
+
+def test_the_prompt_key_is_the_documented_digest() -> None:
+    # Every gateway process, and the next release, must derive the same key from the same
+    # conversation (docs/routing.md): a key that changed would move every conversation off the
+    # replica holding its prefix. So the format is pinned: blake2b (16 bytes, hex) of the
+    # opening as compact JSON lists.
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body = {
+        "messages": [
+            SYSTEM,
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {
+                "role": "user",
+                "content": ["hi", image("https://x/a.png"), {"type": "input_audio"}],
+            },
+            {"role": "assistant", "content": "a later turn"},
+        ]
+    }
+    canonical = (
+        '[["system",[["text","You are terse."]],[]],'
+        '["assistant",[],[["f","{}"]]],'
+        '["user",[["text","hi"],["image_url","https://x/a.png"],["input_audio",null]],[]]]'
+    )
+    digest = hashlib.blake2b(canonical.encode("ascii"), digest_size=16).hexdigest()
+    assert session_key(None, body) == "p:" + digest
+
+
+# --- the ring, as docs/routing.md describes it -----------------------------------------------
+
+
+def documented_ring_order(names: list[str], key: str, virtual_nodes: int) -> list[str]:
+    """Each name owns the points blake2b-64 of "name#i" (big-endian); a key walks clockwise from
+    its own point, and the names come in the order met."""
+
+    def point(text: str) -> int:
+        return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+    ring = sorted((point(f"{name}#{i}"), name) for name in names for i in range(virtual_nodes))
+    start = bisect.bisect_left(ring, (point(key), ""))
+    return list(dict.fromkeys(name for _, name in ring[start:] + ring[:start]))
+
+
+@pytest.mark.parametrize("virtual_nodes", [None, 1, 3])
+def test_affinity_walks_the_documented_ring(virtual_nodes: int | None) -> None:
+    # None: the default, 100 points a replica.
+    policy = Affinity() if virtual_nodes is None else Affinity(virtual_nodes=virtual_nodes)
+    names = ["a", "b", "c", "d"]
+    for key in KEYS[:40]:
+        expected = documented_ring_order(names, key, virtual_nodes or 100)
+        assert policy.order(idle(*names), key) == expected, key
+
+
+def test_affinity_removing_a_replica_keeps_everyones_order() -> None:
+    # The order is where a session goes next: when its replica is removed from the config, it
+    # lands on its second choice, and the rest of the order stays.
+    names = ["a", "b", "c", "d", "e"]
+    policy = Affinity(virtual_nodes=5)
+    for key in KEYS[:40]:
+        order = policy.order(idle(*names), key)
+        for gone in names:
+            rest = [n for n in names if n != gone]
+            assert policy.order(idle(*rest), key) == [n for n in order if n != gone], key
+
+
+# --- defaults, messages, rotations -----------------------------------------------------------
+
+
+def test_make_policy_affinity_defaults_to_the_documented_epsilon() -> None:
+    policy = make_policy("affinity")
+    assert isinstance(policy, Affinity) and policy.epsilon == 0.25
+
+
+def test_make_policy_names_the_choices_in_its_message() -> None:
+    with pytest.raises(ValueError) as info:
+        make_policy("hash")
+    assert str(info.value) == (
+        "unknown replica policy 'hash'; choose one of affinity, least_loaded, round_robin"
+    )
+
+
+def test_a_replica_of_capacity_one_is_full_at_one_request() -> None:
+    assert load_score(R("a", 1, 1)) == 1.0
+    assert load_score(R("a", 0, 1, waiting=1, kv_cache_usage=0.5)) == 1.5
+    # 1 of 1 against 3 of 4.
+    assert LeastLoaded().order([R("a", 1, 1), R("b", 3, 4)], "k") == ["b", "a"]
+
+
+def test_round_robin_starts_in_the_listed_order_and_moves_one_further() -> None:
+    replicas = [R("a", 0, 4), R("b", 0, 4, healthy=False), R("c", 0, 4), R("d", 0, 4)]
+    policy = RoundRobin()
+    assert [policy.order(replicas, "k") for _ in range(4)] == [
+        ["a", "c", "d"],
+        ["c", "d", "a"],
+        ["d", "a", "c"],
+        ["a", "c", "d"],
+    ]
+
+
+def test_least_loaded_ties_start_in_the_listed_order_and_move_one_further() -> None:
+    # Two runs of equal scores: c, a, b at 1/8 (listed in that order), x, y at 3/8.
+    replicas = [
+        R("x", 3, 8),
+        R("c", 1, 8),
+        R("busy", 5, 8),
+        R("a", 1, 8),
+        R("y", 3, 8),
+        R("b", 1, 8),
+    ]
+    policy = LeastLoaded()
+    assert [policy.order(replicas, "k") for _ in range(4)] == [
+        ["c", "a", "b", "x", "y", "busy"],
+        ["a", "b", "c", "y", "x", "busy"],
+        ["b", "c", "a", "x", "y", "busy"],
+        ["c", "a", "b", "y", "x", "busy"],
+    ]

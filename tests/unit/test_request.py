@@ -146,6 +146,8 @@ def test_usage_is_only_included_on_streams_that_ask() -> None:
             "'reasoning': true contradicts 'reasoning_effort': 'none'",
             "reasoning",
         ),
+        (body(n=2), "only n=1 is supported", "n"),
+        (body(top_logprobs=2), "logprobs are not supported by the gateway", "logprobs"),
     ],
 )
 def test_the_exact_words_and_param_of_a_refusal(

@@ -25,6 +25,7 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
+from trio_gateway.providers.gemini import GeminiDialect
 from trio_gateway.providers.h1_client import Origin
 from trio_gateway.providers.openai import OpenAIDialect
 from trio_gateway.providers.openai_compatible import ChunkParser, OpenAICompatibleDialect
@@ -477,3 +478,64 @@ async def test_the_shell_reads_every_call_otherwise(fields: dict[str, Any]) -> N
     assert [d.name for d in done] == ["get_weather", "get_time"]
     assert events[-1] == ResponseDone("tool_calls")
     assert upstream.tool_call_early_stops == 0
+
+
+# --- the flags, and a parser that ends the answer in the closing chunk ------------------------
+
+
+def test_object_end_flags_are_booleans_at_every_stage() -> None:
+    scanner = ObjectEnd()
+    assert (scanner.closed, scanner.gave_up) == (False, False)
+    assert not scanner.feed('{"a": "')
+    assert (scanner.closed, scanner.gave_up) == (False, False)
+    assert scanner.feed('"}')
+    assert (scanner.closed, scanner.gave_up) == (True, False)
+    other = ObjectEnd()
+    assert not other.feed("[]")
+    assert (other.closed, other.gave_up) == (False, True)
+
+
+@pytest.mark.parametrize(
+    "before",
+    ["\u00a0", "\x0b", "\x0c", "\u2028", "\u3000"],
+    ids=["no-break-space", "vertical-tab", "form-feed", "line-separator", "ideographic-space"],
+)
+def test_only_json_whitespace_may_come_before_the_object(before: str) -> None:
+    # Python calls these whitespace; JSON does not, and json.loads would refuse the arguments.
+    scanner = ObjectEnd()
+    assert not scanner.feed(before + "{}")
+    assert scanner.gave_up
+
+
+def test_a_parser_that_ends_the_answer_in_the_closing_chunk_is_not_cut() -> None:
+    # Gemini sends a call whole, with the finish and the usage, in one chunk: its parser gives the
+    # fragment, the call, the usage and the end at once, after the closing fragment. Nothing is
+    # left to cut, so nothing is: not stopped, no early stop counted, the connection reusable.
+    chunks = [
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": "let me look"}]}}]},
+        {
+            "candidates": [
+                {
+                    "content": {
+                        "role": "model",
+                        "parts": [{"functionCall": {"name": "f", "args": {"a": 1}}}],
+                    },
+                    "finishReason": "STOP",
+                }
+            ],
+            "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4},
+        },
+    ]
+    events = [SSEEvent(data=json.dumps(chunk).encode()) for chunk in chunks]
+    parser = FirstToolCallOnly(GeminiDialect().new_parser("gemini"))
+    assert parser.stopped is False
+    out, read = run(parser, events)
+    assert read == 2 and parser.done
+    assert parser.stopped is False
+    [delta] = [e for e in out if isinstance(e, ToolCallDelta)]
+    assert delta.id is not None
+    assert out[-3:] == [
+        ToolCallDone(0, delta.id, "f", {"a": 1}, '{"a": 1}', True),
+        Usage(3, 4),
+        ResponseDone("tool_calls"),
+    ]
