@@ -56,7 +56,16 @@ $(REDIS_SERVER):
 $(SS):
 	$(call APT_GET,iproute2)
 
-unit: $(STAMP) $(CHROMIUM) $(REDIS_SERVER) $(SS)
+# deploy/nginx/trio-gateway.conf is tested in a real nginx in front of a real gateway
+# (tests/e2e/test_deploy.py; the test runs its own nginx, as any user, on a free port).
+# (Where services may start, i.e. not in a container with policy-rc.d, installing the package
+# also starts Debian's own nginx on port 80; the tests do not use it.)
+NGINX := /usr/sbin/nginx
+
+$(NGINX):
+	$(call APT_GET,nginx)
+
+unit: $(STAMP) $(CHROMIUM) $(REDIS_SERVER) $(SS) $(NGINX)
 	$(BIN)/pytest -q -m "not vllm"
 
 test: lint typecheck unit
