@@ -84,7 +84,7 @@ def _dialect(ctx: ResponseContext, value: dict[str, Any]) -> dict[str, Any]:
 
 
 def _stream_usage(
-    ctx: ResponseContext, completion: int, reasoning: int, cached: int = 0
+    ctx: ResponseContext, completion: int, reasoning: int, cached: int = 0, *, final: bool = True
 ) -> dict[str, Any]:
     usage: dict[str, Any] = {
         "prompt_tokens": ctx.prompt_tokens,
@@ -92,9 +92,31 @@ def _stream_usage(
         "completion_tokens": completion,
         "completion_tokens_details": {"reasoning_tokens": reasoning},
     }
-    if ctx.dialect == "openai" or ctx.prompt_details:
+    if ctx.dialect == "openai":
         usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    elif ctx.prompt_details and final:
+        # vLLM 0.32 with --enable-prompt-tokens-details, seen in the real-vLLM tier: only the
+        # last usage chunk has the details (not continuous_usage_stats' per-chunk usage).
+        usage["prompt_tokens_details"] = {
+            "cached_tokens": cached,
+            "created_cache_tokens": _created_cache_tokens(ctx.prompt_tokens, cached),
+        }
     return usage
+
+
+def _whole_prompt_details(ctx: ResponseContext, cached: int) -> dict[str, Any] | None:
+    if ctx.dialect == "openai":
+        return {"cached_tokens": cached}
+    if ctx.prompt_details:
+        created = _created_cache_tokens(ctx.prompt_tokens, cached)
+        return {"cached_tokens": cached, "created_cache_tokens": created, "multimodal_tokens": None}
+    return None
+
+
+def _created_cache_tokens(prompt_tokens: int, cached: int) -> int:
+    """vLLM's count of prompt tokens it wrote into the prefix cache: the full 16-token blocks
+    of all but the last token, less those it found there (2,015 prompt tokens: 1,920)."""
+    return max(0, (prompt_tokens - 1) // 16 * 16 - cached)
 
 
 def _delta(token: Token, ctx: ResponseContext) -> dict[str, Any] | None:
@@ -154,7 +176,9 @@ class StreamRenderer:
             "choices": [choice],
         }
         if ctx.continuous_usage:
-            chunk["usage"] = _stream_usage(ctx, completion, self._reasoning, self._cached)
+            chunk["usage"] = _stream_usage(
+                ctx, completion, self._reasoning, self._cached, final=False
+            )
         return chunk
 
     def token(self, index: int, cached_tokens: int = 0) -> list[bytes]:
@@ -288,11 +312,7 @@ def _completion_body(
             "prompt_tokens": ctx.prompt_tokens,
             "total_tokens": ctx.prompt_tokens + len(tokens),
             "completion_tokens": len(tokens),
-            "prompt_tokens_details": (
-                {"cached_tokens": cached_tokens}
-                if ctx.dialect == "openai" or ctx.prompt_details
-                else None
-            ),
+            "prompt_tokens_details": _whole_prompt_details(ctx, cached_tokens),
             "completion_tokens_details": {"reasoning_tokens": len(reasoning)},
         },
         "prompt_logprobs": None,
