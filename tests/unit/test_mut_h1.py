@@ -170,3 +170,18 @@ def test_a_length_body_keeps_everything_after_it() -> None:
     assert body.feed(b"fg") == []
     assert body.leftover == b"defg"
     assert body.done
+
+
+def test_the_chunk_line_bound_is_exact() -> None:
+    from trio_gateway.providers.h1 import MAX_LINE_BYTES
+
+    # A size line with extensions of exactly MAX_LINE_BYTES is read, unfinished or whole.
+    line = b"5;" + b"e" * (MAX_LINE_BYTES - 2)
+    body = ChunkedBody()
+    assert body.feed(line) == []
+    assert body.feed(b"\nhello\r\n0\r\n\r\n") == [b"hello"]
+    assert ChunkedBody().feed(line + b"\nhello") == [b"hello"]
+    for fed in (line + b"e", line + b"e\r\n"):
+        with pytest.raises(H1Error) as caught:
+            ChunkedBody().feed(fed)
+        assert str(caught.value) == f"a chunk line longer than {MAX_LINE_BYTES} bytes"
