@@ -162,20 +162,9 @@ class GatewayApp:
                 else partial(self.connections.writable, scope.get("client"))
             )
             session = _text_header(scope, b"x-session-id")
-            if path == "/v1/chat/completions":
-                await handle_chat(
-                    self.router,
-                    self.config.server,
-                    request_id,
-                    receive,
-                    send,
-                    drop,
-                    key,
-                    writable,
-                    session,
-                )
-            elif path == "/v1/events":
-                await handle_events(
+            if path in ("/v1/chat/completions", "/v1/events"):
+                handle = handle_chat if path == "/v1/chat/completions" else handle_events
+                await handle(
                     self.router,
                     self.config.server,
                     request_id,
