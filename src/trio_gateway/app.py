@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import time
 from functools import partial
@@ -180,7 +181,8 @@ class GatewayApp:
             elif path == "/v1/models":
                 await send_json(send, 200, self._models(key))
             elif path == "/healthz":
-                await send_json(send, 200, {"status": "ok"})
+                # The pid tells apart the workers behind one port ([server] workers).
+                await send_json(send, 200, {"status": "ok", "pid": os.getpid()})
             elif path == "/readyz":
                 await self._readyz(send)
             elif path == "/metrics":

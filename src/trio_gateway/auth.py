@@ -317,6 +317,19 @@ class KeyStore:
             raise Unauthorized("invalid API key")
         return key
 
+    def replace(self, path: str, ring: KeyRing, *, known_aliases: Collection[str]) -> None:
+        """A config reload's keys (read and checked by the caller): maybe a new path, and the
+        new aliases that keys may name."""
+        try:
+            stamp: _Stamp | None = _stamp(path)
+        except OSError:
+            stamp = None
+        self.path = path
+        self._known_aliases = frozenset(known_aliases)
+        self._stamp = stamp
+        self._ring = ring
+        self._checked_at = self._clock()
+
     def _reload_if_changed(self) -> None:
         try:
             stamp: _Stamp | None = _stamp(self.path)

@@ -1,10 +1,11 @@
-"""``trio-gateway serve | check | init | sim | keys | usage``."""
+"""``trio-gateway serve | check | init | reload | sim | keys | usage``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import signal
+import socket
 import sys
 from functools import partial
 from importlib.resources import files
@@ -15,10 +16,13 @@ import trio
 from trio_gateway import __version__
 from trio_gateway.access import configure_logging
 from trio_gateway.cli_keys import keys_main
+from trio_gateway.cli_reload import reload_main
 from trio_gateway.cli_usage import usage_main
 from trio_gateway.config import DEFAULT_CONFIG_NAME, ConfigError, GatewayConfig, load_config
-from trio_gateway.server import serve_gateway
+from trio_gateway.reloader import LoadConfig
+from trio_gateway.server import GatewayHandle, serve_gateway
 from trio_gateway.sim import sim_main
+from trio_gateway.workers import serve_workers
 
 EXIT_CONFIG = 2
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -41,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-level", default="info", type=str.lower, choices=LOG_LEVELS, help="default: info"
     )
+    # A worker's inherited listening socket and supervisor pipe (workers.py), not for users.
+    serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--lifeline-fd", type=int, help=argparse.SUPPRESS)
     serve.add_argument(
         "--log-format",
         default="text",
@@ -57,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("sim", help="run the vLLM simulator (see: trio-gateway sim --help)")
     commands.add_parser("keys", help="create and list API keys (see: trio-gateway keys --help)")
     commands.add_parser("usage", help="usage records from the ledger (see: --help)")
+    commands.add_parser(
+        "reload", help="check the config, then make the running gateway reload it (see: --help)"
+    )
     return parser
 
 
@@ -77,30 +87,59 @@ def _load(path: str, listen: str | None = None) -> GatewayConfig | None:
         return None
 
 
-async def _serve_until_signalled(config: GatewayConfig) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+async def _serve_until_signalled(
+    config: GatewayConfig, load: LoadConfig, worker: tuple[int, int] | None = None
+) -> None:
+    """SIGTERM or SIGINT: drain, a second one stops at once. SIGHUP: reload the config file
+    (and the keys file); a bad file changes nothing (reloader.py). A ``worker`` (workers.py)
+    serves the socket its supervisor passed, and drains when the supervisor is gone."""
+    log = logging.getLogger("trio_gateway")
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         first_signal = trio.Event()
 
         async def wait_first() -> None:
             await first_signal.wait()
 
         async with trio.open_nursery() as nursery:
+            inherited = None
+            if worker is not None:
+                inherited = socket.socket(fileno=worker[0])
+                nursery.start_soon(_watch_lifeline, worker[1], first_signal)
 
-            async def watch_signals() -> None:
-                async for signum in signals:
-                    if not first_signal.is_set():
-                        logging.getLogger("trio_gateway").info(
-                            "%s: draining for up to %g s",
-                            signal.Signals(signum).name,
-                            config.server.drain_timeout_s,
-                        )
-                        first_signal.set()
-                    else:
-                        nursery.cancel_scope.cancel(reason="second signal")
+            async def serve(*, task_status: trio.TaskStatus[GatewayHandle]) -> None:
+                await serve_gateway(
+                    config,
+                    shutdown_trigger=wait_first,
+                    load=load,
+                    inherited=inherited,
+                    simulators=worker is None,
+                    task_status=task_status,
+                )
+                nursery.cancel_scope.cancel()
 
-            nursery.start_soon(watch_signals)
-            await serve_gateway(config, shutdown_trigger=wait_first)
-            nursery.cancel_scope.cancel()
+            handle: GatewayHandle = await nursery.start(serve)
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    log.info("SIGHUP: reloading %s", config.source)
+                    nursery.start_soon(handle.reload)
+                elif not first_signal.is_set():
+                    log.info(
+                        "%s: draining for up to %g s",
+                        signal.Signals(signum).name,
+                        config.server.drain_timeout_s,
+                    )
+                    first_signal.set()
+                else:
+                    nursery.cancel_scope.cancel(reason="second signal")
+
+
+async def _watch_lifeline(fd: int, stop: trio.Event) -> None:
+    """EOF on the supervisor's pipe: it is gone (even by kill -9); drain and end."""
+    stream = trio.lowlevel.FdStream(fd)
+    while await stream.receive_some(1024):
+        pass
+    logging.getLogger("trio_gateway").warning("supervisor gone: draining")
+    stop.set()
 
 
 def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
@@ -125,6 +164,13 @@ def _init(path: Path, *, force: bool) -> int:
     return 0
 
 
+def _serve_argv(args: argparse.Namespace) -> list[str]:
+    """The supervisor's ``serve`` arguments, for its workers."""
+    argv = ["serve", "--config", args.config, "--log-level", args.log_level]
+    argv += ["--log-format", args.log_format]
+    return argv + (["--listen", args.listen] if args.listen else [])
+
+
 def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["sim"]:
@@ -133,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         return keys_main(args_in[1:])
     if args_in[:1] == ["usage"]:
         return usage_main(args_in[1:])
+    if args_in[:1] == ["reload"]:
+        return reload_main(args_in[1:])
     args = _parser().parse_args(args_in)
     if args.command == "init":
         return _init(Path(args.path), force=args.force)
@@ -150,7 +198,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     failed = False
     try:
-        trio.run(partial(_serve_until_signalled, config))
+        load = partial(load_config, args.config, listen=args.listen)
+        if args.worker_fd is not None:
+            worker = (args.worker_fd, args.lifeline_fd)
+            trio.run(partial(_serve_until_signalled, config, load, worker))
+        elif config.server.workers > 1:
+            trio.run(serve_workers, config, _serve_argv(args))
+        else:
+            trio.run(partial(_serve_until_signalled, config, load))
     except* OSError as group:
         # A port in use, an address not on this host: say so, without a traceback.
         for exc in _leaves(group):

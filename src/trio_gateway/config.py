@@ -47,6 +47,9 @@ OnSaturated = Literal["spill", "queue"]
 Routing = Literal["round_robin", "least_loaded", "affinity"]
 ROUTINGS: tuple[str, ...] = ("round_robin", "least_loaded", "affinity")
 OnRedisError = Literal["fail_open", "fail_closed"]
+OnLeaseError = Literal["share", "refuse"]
+# Worker processes of one `serve`: a bound on what one mistyped number starts.
+MAX_WORKERS = 64
 UsageSinkKind = Literal["sqlite", "redis_stream", "none"]
 
 
@@ -68,6 +71,9 @@ class ServerConfig:
     stream_buffer_events: int = 64
     client_stall_timeout_s: float = 30.0
     drain_timeout_s: float = 30.0
+    # Processes serving one listening socket, each a whole gateway (docs/deployment.md).
+    # Without [redis], each takes max_inflight // workers of every provider's slots.
+    workers: int = 1
 
 
 @attrs.frozen(kw_only=True)
@@ -196,6 +202,13 @@ class RedisConfig:
     # What a request meets when Redis does not answer in time: served unlimited, or 503.
     on_error: OnRedisError = "fail_open"
     key_prefix: str = "tgw:"
+    # Providers' max_inflight as leases every gateway process on this Redis shares (gate.py).
+    leases: bool = True
+    # A process that dies (kill -9 included) gives its slots back within this.
+    lease_ttl_s: float = 10.0
+    # Redis failing: each process takes its share of max_inflight (by the processes it last
+    # saw), or admits nothing until Redis answers.
+    on_lease_error: OnLeaseError = "share"
 
 
 @attrs.frozen(kw_only=True)
@@ -294,6 +307,9 @@ def _make_converter() -> cattrs.Converter:
     )
     converter.register_structure_hook_func(
         lambda t: t == OnRedisError, _literal_hook(("fail_open", "fail_closed"), "policy")
+    )
+    converter.register_structure_hook_func(
+        lambda t: t == OnLeaseError, _literal_hook(("share", "refuse"), "policy")
     )
     converter.register_structure_hook_func(
         lambda t: t == UsageSinkKind, _literal_hook(("sqlite", "redis_stream", "none"), "sink")
@@ -488,6 +504,8 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
         problems.append(f"server.listen: {err}")
     else:
         problems.extend(_auth_problems(config))
+    if not 1 <= config.server.workers <= MAX_WORKERS:
+        problems.append(f"server.workers: must be from 1 to {MAX_WORKERS}")
     for key in ("max_body_bytes", "stream_buffer_events"):
         if getattr(config.server, key) < 1:
             problems.append(f"server.{key}: must be at least 1")
@@ -573,6 +591,12 @@ def _semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> lis
             problems.append(f"redis.url: {exc}")
         if config.redis.timeout_s <= 0:
             problems.append("redis.timeout_s: must be greater than 0")
+        # Renewed every third of the TTL, each renewal within timeout_s.
+        if config.redis.lease_ttl_s < 3 * config.redis.timeout_s:
+            problems.append(
+                "redis.lease_ttl_s: must be at least 3 x redis.timeout_s "
+                f"({3 * config.redis.timeout_s:g}), or leases expire while renewed"
+            )
     if config.limits.hold_ttl_s <= 0:
         problems.append("limits.hold_ttl_s: must be greater than 0")
     if config.usage.sink == "redis_stream" and config.redis is None:

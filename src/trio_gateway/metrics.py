@@ -9,11 +9,15 @@ gates and health objects themselves, so they can never drift from the truth.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import attrs
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from trio_gateway.gate import LeaseBroker
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -198,6 +202,50 @@ class ToolCallStopCollector(Collector):
         yield stops
 
 
+class LeaseCollector(Collector):
+    """max_inflight leased in Redis (gate.py): the broker keeps plain counts, read here."""
+
+    def __init__(self, broker: LeaseBroker) -> None:
+        self._broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        broker = self._broker
+        yield CounterMetricFamily(
+            "gateway_lease_redis_calls",
+            "Redis round trips for max_inflight leases (acquire, release, renew)",
+            value=broker.round_trips,
+        )
+        yield CounterMetricFamily(
+            "gateway_lease_redis_errors",
+            "Lease calls to Redis that failed or missed [redis] timeout_s",
+            value=broker.errors,
+        )
+        yield CounterMetricFamily(
+            "gateway_lease_lost",
+            "Leases found expired at renewal (this process stalled past lease_ttl_s)",
+            value=broker.lost_leases,
+        )
+        yield GaugeMetricFamily(
+            "gateway_lease_fallback",
+            "1 while Redis fails and [redis] on_lease_error applies",
+            value=int(broker.fallback_active()),
+        )
+        yield GaugeMetricFamily(
+            "gateway_lease_peers",
+            "Gateway processes holding or renewing leases on this Redis, as last seen",
+            value=broker.peers,
+        )
+        cluster = GaugeMetricFamily(
+            "gateway_lease_cluster_in_flight",
+            "Leases held by every gateway process, per gate (provider or provider@replica)",
+            labels=["gate"],
+        )
+        for gate in broker.gates():
+            if gate.cluster_in_flight is not None:
+                cluster.add_metric([gate.key], gate.cluster_in_flight)
+        yield cluster
+
+
 class Metrics:
     def __init__(self, read_providers: Callable[[], Iterable[ProviderGauges]]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -258,6 +306,14 @@ class Metrics:
             ["alias", "provider", "kind"],
             registry=registry,
         )
+        self.config_reloads = Counter(
+            "gateway_config_reloads",
+            "Config reloads (SIGHUP, trio-gateway reload), by result (applied, rejected)",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("applied", "rejected"):
+            self.config_reloads.labels(result)
         registry.register(_LiveCollector(read_providers))
 
     def render(self) -> bytes:

@@ -1,9 +1,10 @@
 """From a validated request to a stream of events: admission, attempts, spill and failover.
 
-Admission happens before anything is sent: a provider's gate (``max_inflight`` slots, one
-``trio.CapacityLimiter`` shared by every alias that names the provider) must grant a slot within
-``queue_timeout_s``, or the request spills to the next provider; an alias with
-``on_saturated = "queue"`` waits in its own bounded queue instead. A new attempt after a failure is
+Admission happens before anything is sent: a provider's gate (``max_inflight`` slots, gate.py;
+shared by every alias that names the provider, and through Redis by every gateway process when
+``[redis]`` is configured) must grant a slot within ``queue_timeout_s``, or the request spills
+to the next provider; an alias with ``on_saturated = "queue"`` waits in its own bounded queue
+instead. A new attempt after a failure is
 allowed only while the client has seen nothing.
 """
 
@@ -70,6 +71,9 @@ class Plan:
     config: AliasConfig
     upstreams: tuple[Provider, ...]
     router: Router
+    # The providers' health when planned: a reload that replaces a provider leaves this
+    # request's attempts feeding the health of the one it runs on.
+    health: Mapping[str, Health]
 
 
 class Router:
@@ -81,16 +85,11 @@ class Router:
         upstreams: Mapping[str, Provider],
         *,
         rng: random.Random | None = None,
+        health: Mapping[str, ProviderHealth] | None = None,
     ) -> None:
         self.aliases = aliases
         self.upstreams = upstreams
-        now = trio.current_time()
-        self.health: dict[str, Health] = {
-            name: upstream.health
-            if isinstance(upstream, ReplicaSet)
-            else ProviderHealth(upstream.config, now=now)
-            for name, upstream in upstreams.items()
-        }
+        self.health = _health_of(upstreams, health or {})
         self.metrics = Metrics(self.gauges)
         # The status page's last minutes (status.py): fed once per request and per spill.
         self.recent = RecentStats(upstreams)
@@ -102,6 +101,27 @@ class Router:
         self._rng = rng or random.Random()
         self._queued = dict.fromkeys(aliases, 0)
         self._service_time_s = dict.fromkeys(upstreams, INITIAL_SERVICE_TIME_S)
+
+    def apply(
+        self,
+        aliases: dict[str, AliasConfig],
+        upstreams: Mapping[str, Provider],
+        health: Mapping[str, ProviderHealth],
+    ) -> None:
+        """A reload's new aliases and providers, all at once (no checkpoint in here): a request
+        planned before keeps the providers its plan holds, and the queue counts and service
+        times of what stays carry over."""
+        self.aliases = aliases
+        self.upstreams = upstreams
+        self.health = _health_of(upstreams, health)
+        self.recent = self.recent.keeping(upstreams)
+        # An alias that is gone keeps its count while requests still wait in its queue.
+        self._queued = {a: self._queued.get(a, 0) for a in aliases} | {
+            a: n for a, n in self._queued.items() if n
+        }
+        self._service_time_s = {
+            name: self._service_time_s.get(name, INITIAL_SERVICE_TIME_S) for name in upstreams
+        }
 
     def gauges(self) -> list[ProviderGauges]:
         now = trio.current_time()
@@ -143,19 +163,24 @@ class Router:
             config=alias,
             upstreams=tuple(self.upstreams[p.name] for p in ordered),
             router=self,
+            health=self.health,
         )
 
     def _retry_after_s(self, upstream: Provider, waiting: int) -> float:
         """How long until a slot is likely free: the queue ahead, served at the provider's
         recent pace."""
-        per_slot_s = self._service_time_s[upstream.name] / upstream.statistics().max_inflight
+        per_slot_s = (
+            self._service_time_s.get(upstream.name, INITIAL_SERVICE_TIME_S)
+            / upstream.statistics().max_inflight
+        )
         return float(max(1, math.ceil((waiting + 1) * per_slot_s)))
 
     def _served(self, upstream: Provider, held_s: float) -> None:
-        old = self._service_time_s[upstream.name]
-        self._service_time_s[upstream.name] = old + SERVICE_TIME_EWMA_ALPHA * (held_s - old)
+        old = self._service_time_s.get(upstream.name)
+        if old is not None:  # None: retired by a reload
+            self._service_time_s[upstream.name] = old + SERVICE_TIME_EWMA_ALPHA * (held_s - old)
 
-    def members(self, provider: Provider, request: ChatRequest) -> list[Member]:
+    def members(self, plan: Plan, provider: Provider, request: ChatRequest) -> list[Member]:
         """Where ``request`` may go within ``provider``, in the order to try."""
         if isinstance(provider, ReplicaSet):
             now = trio.current_time()
@@ -163,7 +188,7 @@ class Router:
                 Member(r.upstream, r.health, f"{provider.name}@{r.name}")
                 for r in provider.candidates(request, now)
             ]
-        health = self.health[provider.name]
+        health = plan.health[provider.name]
         assert isinstance(health, ProviderHealth)
         return [Member(provider, health, provider.name)]
 
@@ -175,31 +200,30 @@ class Router:
         slot that frees among them."""
         config = plan.config
         candidates = [u for u in plan.upstreams if u.config.weight > 0] or list(plan.upstreams)
-        everyone = [(u, m) for u in candidates for m in self.members(u, request)]
+        everyone = [(u, m) for u in candidates for m in self.members(plan, u, request)]
         for provider, member in everyone:
-            try:
-                member.upstream.gate.acquire_on_behalf_of_nowait(borrower)
+            if await member.upstream.gate.try_acquire(borrower):
                 return provider, member
-            except trio.WouldBlock:
-                pass
         first = candidates[0]
-        if self._queued[plan.alias] >= config.max_queued:
+        if self._queued.get(plan.alias, 0) >= config.max_queued:
             self.metrics.refusals.labels(plan.alias, "queue_full").inc()
             raise Overloaded(
                 f"alias {plan.alias!r}: queue full ({config.max_queued} waiting)",
-                retry_after_s=self._retry_after_s(first, self._queued[plan.alias]),
+                retry_after_s=self._retry_after_s(first, self._queued.get(plan.alias, 0)),
             )
-        self._queued[plan.alias] += 1
+        self._queued[plan.alias] = self._queued.get(plan.alias, 0) + 1
         try:
             won = await _first_slot(everyone, borrower, config.max_queue_wait_s)
         finally:
             self._queued[plan.alias] -= 1
+            if not self._queued[plan.alias] and plan.alias not in self.aliases:
+                del self._queued[plan.alias]
         if won is not None:
             return won
         self.metrics.refusals.labels(plan.alias, "queue_timeout").inc()
         raise Overloaded(
             f"alias {plan.alias!r}: no slot within {config.max_queue_wait_s:g} s",
-            retry_after_s=self._retry_after_s(first, self._queued[plan.alias]),
+            retry_after_s=self._retry_after_s(first, self._queued.get(plan.alias, 0)),
         )
 
     async def run(
@@ -232,7 +256,7 @@ class Router:
                     moves = self.metrics.failovers
                 moves.labels(plan.alias, previous.name, provider.name).inc()
             previous = provider
-            members = self.members(provider, request)
+            members = self.members(plan, provider, request)
             member: Member | None = None
             if pre_admitted is not None and provider is pre_admitted[0]:
                 member = pre_admitted[1]
@@ -297,9 +321,9 @@ class Router:
             health.success()
             return None
         finally:
-            upstream.gate.release_on_behalf_of(borrower)
             self._served(provider, trio.current_time() - started)
             log_transition(member.name, before, health)
+            await upstream.gate.release(borrower)
 
     def _note_failure(self, health: ProviderHealth, exc: GatewayError) -> None:
         now = trio.current_time()
@@ -324,6 +348,21 @@ class Router:
         if len(failures) == 1:
             return failures[0]
         return AllProvidersFailed(failures)
+
+
+def _health_of(
+    upstreams: Mapping[str, Provider], given: Mapping[str, ProviderHealth]
+) -> dict[str, Health]:
+    """A replicated provider's health is its replicas'; a single one's is given (the one its
+    probe feeds) or new."""
+    now = trio.current_time()
+    out: dict[str, Health] = {}
+    for name, upstream in upstreams.items():
+        if isinstance(upstream, ReplicaSet):
+            out[name] = upstream.health
+        else:
+            out[name] = given.get(name) or ProviderHealth(upstream.config, now=now)
+    return out
 
 
 def _endpoint_gauges(provider: Provider) -> tuple[ReplicaGauges, ...]:
@@ -355,13 +394,10 @@ def _endpoint(name: str, upstream: Upstream, state: str, load: int | None) -> Re
 async def _acquire(provider: Provider, members: list[Member], borrower: object) -> Member | None:
     """A slot on the first of ``members`` that has one free, else on whichever frees one first
     within the provider's ``queue_timeout_s``; None when none did."""
-    # acquire() checkpoints first and would refuse a free slot under a zero timeout.
+    # acquire() would refuse a free slot under a zero timeout: a free one is taken first.
     for member in members:
-        try:
-            member.upstream.gate.acquire_on_behalf_of_nowait(borrower)
+        if await member.upstream.gate.try_acquire(borrower):
             return member
-        except trio.WouldBlock:
-            pass
     won = await _first_slot(
         [(provider, m) for m in members], borrower, provider.config.queue_timeout_s
     )
@@ -382,9 +418,9 @@ async def _first_slot(
 
             async def race(candidate: tuple[Provider, Member]) -> None:
                 gate = candidate[1].upstream.gate
-                await gate.acquire_on_behalf_of(borrower)
+                await gate.acquire(borrower)
                 if winner:  # lost a photo finish: give the slot back
-                    gate.release_on_behalf_of(borrower)
+                    await gate.release(borrower)
                     return
                 winner.append(candidate)
                 nursery.cancel_scope.cancel()

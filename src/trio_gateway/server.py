@@ -20,17 +20,16 @@ from hypercorn.utils import wrap_app
 from trio_gateway.accounting import open_limits
 from trio_gateway.app import GatewayApp
 from trio_gateway.config import GatewayConfig, parse_hostport
-from trio_gateway.health import ProviderHealth, probe_service
+from trio_gateway.gate import LeaseBroker, LocalGate
 from trio_gateway.ledger import QueuedSink, open_usage_sink
 from trio_gateway.listen import Connections, serve_asgi
-from trio_gateway.metrics import ToolCallStopCollector
+from trio_gateway.live import MakeGate, Running, open_provider, serve_services
+from trio_gateway.metrics import LeaseCollector, ToolCallStopCollector
 from trio_gateway.pipeline import Provider, Router
-from trio_gateway.providers.credentials import credential_source
-from trio_gateway.providers.replicas import Replica, ReplicaSet, replica_config, replica_label
-from trio_gateway.providers.upstream import Upstream
+from trio_gateway.providers.replicas import ReplicaSet
 from trio_gateway.redis_client import RedisClient, open_redis
 from trio_gateway.redis_url import parse_redis_url
-from trio_gateway.scrape import scrape_service
+from trio_gateway.reloader import LoadConfig, Reloader
 from trio_gateway.sim import SimHandle, serve_sim
 from trio_gateway.usage import UsageSink
 
@@ -51,7 +50,7 @@ class ListenError(OSError):
 
 
 @contextmanager
-def _listening_on(listen: str, key: str) -> Iterator[None]:
+def listening_on(listen: str, key: str) -> Iterator[None]:
     try:
         yield
     except* OSError as group:
@@ -69,6 +68,11 @@ class GatewayHandle:
     router: Router
     app: GatewayApp
     simulators: dict[str, SimHandle]
+    reloader: Reloader
+
+    async def reload(self) -> bool:
+        """Re-read the config file and apply it (reloader.py); False when it was refused."""
+        return await self.reloader.reload()
 
 
 def hypercorn_config(
@@ -128,6 +132,9 @@ async def serve_gateway(
     rng: random.Random | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     kernel_stall_drop: bool = True,
+    load: LoadConfig | None = None,
+    inherited: socket.socket | None = None,
+    simulators: bool = True,
     task_status: trio.TaskStatus[GatewayHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; or, once ``shutdown_trigger`` returns, stop accepting, let
@@ -135,7 +142,10 @@ async def serve_gateway(
 
     ``kernel_stall_drop=False`` leaves TCP_USER_TIMEOUT off, as on a platform without it.
     The usage ledger's service (``ledger.serve_ledger``) outlives every request, so the
-    records of the last ones are written too."""
+    records of the last ones are written too. ``load`` reads the config again for a reload
+    (``GatewayHandle.reload``); without it, a reload is refused. A worker (workers.py) serves
+    the listening socket its supervisor ``inherited`` it, and leaves the embedded
+    ``simulators`` to the supervisor."""
     async with open_usage_sink(config) as usage:
         await _serve_gateway(
             config,
@@ -143,6 +153,9 @@ async def serve_gateway(
             rng=rng,
             shutdown_trigger=shutdown_trigger,
             kernel_stall_drop=kernel_stall_drop,
+            load=load,
+            inherited=inherited,
+            simulators=simulators,
             task_status=task_status,
         )
 
@@ -154,6 +167,9 @@ async def _serve_gateway(
     rng: random.Random | None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None,
     kernel_stall_drop: bool,
+    load: LoadConfig | None,
+    inherited: socket.socket | None,
+    simulators: bool,
     task_status: trio.TaskStatus[GatewayHandle],
 ) -> None:
     # The pools must outlive every task that uses them: the exit stack and Redis's client (its
@@ -164,42 +180,28 @@ async def _serve_gateway(
         _maybe_redis(config) as redis,
         trio.open_nursery() as nursery,
     ):
-        simulators: dict[str, SimHandle] = {}
-        for name, simulator in config.simulators.items():
-            host, port = parse_hostport(simulator.listen)
-            with _listening_on(simulator.listen, f"simulators.{name}.listen"):
-                simulators[name] = await nursery.start(
-                    partial(serve_sim, simulator.sim, host=host, port=port)
-                )
-            log.info("simulator %s serving on %s", name, simulators[name].base_url)
-        upstreams: dict[str, Provider] = {}
-        # Every endpoint the gateway sends its own requests to (probes, scrapes), and its name.
-        probed: list[tuple[str, Upstream, ProviderHealth]] = []
+        sims = await start_simulators(config, nursery) if simulators else {}
+        broker = _lease_broker(config, redis)
+        if broker is not None:
+            await nursery.start(broker.serve)
+            assert config.redis is not None
+            log.info(
+                "limits: max_inflight shared as leases in %s (lease ttl %g s)",
+                parse_redis_url(config.redis.url).display(),
+                config.redis.lease_ttl_s,
+            )
+        make_gate = _gate_factory(broker, config.server.workers)
+        running: dict[str, Running] = {}
+        # Whatever runs at the end (a reload swaps providers) closes its connections.
+        stack.push_async_callback(_close_all, running)
         for name, provider in config.providers().items():
-            if provider.endpoints:
-                replicas = []
-                for url in provider.endpoints:
-                    own = replica_config(provider, url)
-                    client = await stack.enter_async_context(Upstream.make_client(own))
-                    upstream = Upstream(
-                        own, credential_source(own, config.api_keys, client), client
-                    )
-                    replica = Replica(
-                        replica_label(url), upstream, ProviderHealth(own, now=trio.current_time())
-                    )
-                    replicas.append(replica)
-                    probed.append((f"{name}@{replica.name}", upstream, replica.health))
-                upstreams[name] = ReplicaSet(provider, replicas)
-                continue
-            client = await stack.enter_async_context(Upstream.make_client(provider))
-            credential = credential_source(provider, config.api_keys, client)
-            upstreams[name] = Upstream(provider, credential, client)
-        router = Router(config.aliases, upstreams, rng=rng)
-        for name, single in upstreams.items():
-            if isinstance(single, Upstream):
-                health = router.health[name]
-                assert isinstance(health, ProviderHealth)
-                probed.append((name, single, health))
+            running[name] = await open_provider(provider, config.api_keys, make_gate)
+        router = Router(
+            config.aliases,
+            {name: r.provider for name, r in running.items()},
+            rng=rng,
+            health={name: r.health for name, r in running.items() if r.health is not None},
+        )
         router.usage = usage
         # One Redis client for the gateway's life; it dials again by itself after any failure.
         router.limits = open_limits(config, redis)
@@ -209,22 +211,20 @@ async def _serve_gateway(
                 parse_redis_url(config.redis.url).display(),
             )
         router.metrics.registry.register(router.limits.collector())
+        if broker is not None:
+            router.metrics.registry.register(LeaseCollector(broker))
         router.metrics.registry.register(
             ToolCallStopCollector(
-                lambda: [(name, _early_stops(u)) for name, u in upstreams.items()]
+                lambda: [(name, _early_stops(u)) for name, u in router.upstreams.items()]
             )
         )
         if isinstance(usage, QueuedSink):
             router.metrics.registry.register(usage.collector())
-        for name, upstream, health in probed:
-            if upstream.config.probe:
-                await nursery.start(
-                    probe_service, name, upstream.config, health, upstream.probe, upstream.read_load
-                )
-                if upstream.config.type == "openai_compatible":
-                    await nursery.start(scrape_service, upstream)
+        for one in running.values():
+            one.services = await nursery.start(serve_services, one)
         connections = Connections()
         app = GatewayApp(config, router, connections)
+        reloader = Reloader(config, running, router, app, make_gate, nursery, load)
         drain_s = config.server.drain_timeout_s
         # hypercorn's own deadline comes after ours, so answers end with an error event and a
         # clean end of stream rather than a cut connection.
@@ -257,12 +257,15 @@ async def _serve_gateway(
             router.drain.cancel_all()
 
         nursery.start_soon(end_the_drain)
-        with _listening_on(config.server.listen, "server.listen"):
-            sockets = listening_sockets(
-                hc,
-                stall_timeout_s=config.server.client_stall_timeout_s,
-                kernel_stall_drop=kernel_stall_drop,
-            )
+        if inherited is not None:
+            sockets = Sockets(secure_sockets=[], insecure_sockets=[inherited], quic_sockets=[])
+        else:
+            with listening_on(config.server.listen, "server.listen"):
+                sockets = listening_sockets(
+                    hc,
+                    stall_timeout_s=config.server.client_stall_timeout_s,
+                    kernel_stall_drop=kernel_stall_drop,
+                )
 
         async def run_app(*, task_status: trio.TaskStatus[list[str]]) -> None:
             try:
@@ -280,10 +283,60 @@ async def _serve_gateway(
         binds: list[str] = await nursery.start(run_app)
         log.info("trio-gateway serving on %s", binds[0])
         task_status.started(
-            GatewayHandle(base_url=binds[0], router=router, app=app, simulators=simulators)
+            GatewayHandle(
+                base_url=binds[0],
+                router=router,
+                app=app,
+                simulators=sims,
+                reloader=reloader,
+            )
         )
         await stopped.wait()
         nursery.cancel_scope.cancel(reason="gateway stopped")
+
+
+async def start_simulators(config: GatewayConfig, nursery: trio.Nursery) -> dict[str, SimHandle]:
+    """The config's embedded simulators, serving in ``nursery``."""
+    simulators: dict[str, SimHandle] = {}
+    for name, simulator in config.simulators.items():
+        host, port = parse_hostport(simulator.listen)
+        with listening_on(simulator.listen, f"simulators.{name}.listen"):
+            simulators[name] = await nursery.start(
+                partial(serve_sim, simulator.sim, host=host, port=port)
+            )
+        log.info("simulator %s serving on %s", name, simulators[name].base_url)
+    return simulators
+
+
+def _lease_broker(config: GatewayConfig, redis: RedisClient | None) -> LeaseBroker | None:
+    if config.redis is None or redis is None or not config.redis.leases:
+        return None
+    return LeaseBroker(
+        redis,
+        key_prefix=config.redis.key_prefix,
+        lease_ttl_s=config.redis.lease_ttl_s,
+        timeout_s=config.redis.timeout_s,
+        on_error=config.redis.on_lease_error,
+    )
+
+
+def _gate_factory(broker: LeaseBroker | None, workers: int) -> MakeGate:
+    """Leases shared by every gateway on one Redis; else this process's own slots, which
+    (with ``[server] workers``) are its share of ``max_inflight``."""
+    if broker is not None:
+        return broker.gate
+    return lambda _key, max_inflight: LocalGate(worker_share(max_inflight, workers))
+
+
+def worker_share(max_inflight: int, workers: int) -> int:
+    """One worker's slots when workers share no Redis: the limit split evenly, at least one
+    each (so N workers may together run up to N when max_inflight < N)."""
+    return max(1, max_inflight // workers)
+
+
+async def _close_all(running: dict[str, Running]) -> None:
+    for one in running.values():
+        await one.aclose()
 
 
 def _early_stops(provider: Provider) -> int:

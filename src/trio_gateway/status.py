@@ -40,6 +40,15 @@ class RecentStats:
     def __init__(self, providers: Iterable[str]) -> None:
         self._rings = {name: [_Bucket() for _ in range(_BUCKETS)] for name in providers}
 
+    def keeping(self, providers: Iterable[str]) -> RecentStats:
+        """The stats of a reloaded config: a provider that stays keeps its minutes."""
+        out = RecentStats(())
+        out._rings = {
+            name: self._rings.get(name) or [_Bucket() for _ in range(_BUCKETS)]
+            for name in providers
+        }
+        return out
+
     def _bucket(self, provider: str, now: float) -> _Bucket | None:
         ring = self._rings.get(provider)
         if ring is None:

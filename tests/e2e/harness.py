@@ -71,7 +71,10 @@ async def running_sim(config: SimConfig = FAST_SIM) -> AsyncIterator[SimHandle]:
 
 @asynccontextmanager
 async def running_gateway(
-    config: GatewayConfig, *, kernel_stall_drop: bool = True
+    config: GatewayConfig,
+    *,
+    kernel_stall_drop: bool = True,
+    load: Callable[[], GatewayConfig] | None = None,
 ) -> AsyncIterator[GatewayHandle]:
     async with trio.open_nursery() as nursery:
         handle: GatewayHandle = await nursery.start(
@@ -79,6 +82,7 @@ async def running_gateway(
                 config,
                 rng=random.Random(0),
                 kernel_stall_drop=kernel_stall_drop,
+                load=load,
                 task_status=task_status,
             )
         )

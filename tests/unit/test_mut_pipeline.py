@@ -20,6 +20,7 @@ from tests.unit.test_mut_upstream import COMPLETION, chat, provider, shell
 from trio_gateway.config import AliasConfig
 from trio_gateway.errors import AllProvidersFailed, GatewayError, Overloaded
 from trio_gateway.events import Event, ResponseDone
+from trio_gateway.gate import LocalGate, SharedGate
 from trio_gateway.health import ProviderHealth
 from trio_gateway.metrics import ReplicaGauges
 from trio_gateway.pipeline import Router
@@ -30,6 +31,11 @@ from trio_gateway.providers.vllm_signals import ReplicaSignals
 
 async def refuse(request: httpx.Request) -> httpx.Response:
     return httpx.Response(500, json={"error": {"message": "broken"}})
+
+
+def local(gate: LocalGate | SharedGate) -> LocalGate:
+    assert isinstance(gate, LocalGate)
+    return gate
 
 
 def router_of(*upstreams: Upstream) -> Router:
@@ -46,7 +52,7 @@ async def test_every_provider_at_capacity_names_them_and_counts_one_refusal() ->
     fallback = shell(refuse, name="p2", max_inflight=1, queue_timeout_s=0.0, weight=0)
     holder = object()
     for upstream in (first, fallback):
-        upstream.gate.acquire_on_behalf_of_nowait(holder)
+        upstream.gate.try_acquire_nowait(holder)
     router = router_of(first, fallback)
     with pytest.raises(Overloaded) as caught:
         await router.run(chat(), router.plan(chat()), ignore)
@@ -85,7 +91,7 @@ async def test_the_queue_waits_for_a_weight_1_provider_not_for_a_fallback(
 ) -> None:
     first = shell(answer, name="p1", max_inflight=1, weight=1)
     fallback = shell(answer, name="p2", max_inflight=1, weight=0)
-    first.gate.acquire_on_behalf_of_nowait(object())
+    first.gate.try_acquire_nowait(object())
     router = queue_router(first, fallback)
     with pytest.raises(Overloaded) as caught:
         await router.run(chat(), router.plan(chat()), ignore)
@@ -110,15 +116,15 @@ async def test_a_photo_finish_gives_the_second_slot_back(autojump_clock: trio.ab
     second = shell(answer, name="p2", max_inflight=1)
     holder = object()
     for upstream in (first, second):
-        upstream.gate.acquire_on_behalf_of_nowait(holder)
+        upstream.gate.try_acquire_nowait(holder)
     router = queue_router(first, second, wait_s=10.0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(router.run, chat(), router.plan(chat()), ignore)
         await trio.testing.wait_all_tasks_blocked()
-        first.gate.release_on_behalf_of(holder)
-        second.gate.release_on_behalf_of(holder)
-    assert first.gate.borrowed_tokens == 0
-    assert second.gate.borrowed_tokens == 0
+        local(first.gate).release_nowait(holder)
+        local(second.gate).release_nowait(holder)
+    assert first.gate.statistics().in_flight == 0
+    assert second.gate.statistics().in_flight == 0
 
 
 async def test_gauges_report_each_provider_s_state_and_load() -> None:
@@ -144,7 +150,7 @@ async def test_retry_after_follows_how_long_requests_held_a_slot(
     await trio.sleep(100.0)  # the request starts at no special instant
     await router.run(chat(), router.plan(chat()), ignore)
     # The moving average moved from 2 s a fifth of the way to the 10 s the request took.
-    upstream.gate.acquire_on_behalf_of_nowait(object())
+    upstream.gate.try_acquire_nowait(object())
     with pytest.raises(Overloaded) as caught:
         await router.run(chat(), router.plan(chat()), ignore)
     assert caught.value.retry_after_s == 4.0  # ceil(2 + 0.2 * (10 - 2))
@@ -152,7 +158,7 @@ async def test_retry_after_follows_how_long_requests_held_a_slot(
 
 async def test_each_endpoint_shows_its_gate_and_what_it_says_of_itself() -> None:
     upstream = shell(refuse, name="p1", max_inflight=3, base_url="http://10.0.0.5:8000/v1")
-    upstream.gate.acquire_on_behalf_of_nowait(object())
+    upstream.gate.try_acquire_nowait(object())
     upstream.signals = ReplicaSignals(waiting=2, kv_cache_usage=0.5, load=4)
     upstream.prefix_cache.update(ReplicaSignals(prefix_cache_queries=100, prefix_cache_hits=0))
     upstream.prefix_cache.update(ReplicaSignals(prefix_cache_queries=300, prefix_cache_hits=150))
@@ -197,7 +203,7 @@ def fleet(
 async def test_a_replicated_provider_shows_each_replica() -> None:
     replicas = fleet("round_robin", "a", "b")
     first, second = replicas.replicas
-    first.upstream.gate.acquire_on_behalf_of_nowait(object())
+    first.upstream.gate.try_acquire_nowait(object())
     first.health.upstream_load = 5
     second.health.success()
     second.upstream.signals = ReplicaSignals(load=7)
@@ -223,15 +229,15 @@ async def test_the_alias_queue_waits_on_every_replica_in_the_session_s_order(
     router = Router({"x": alias}, {"fleet": replicas})
     holder = object()
     for replica in replicas.replicas:
-        replica.upstream.gate.acquire_on_behalf_of_nowait(holder)
+        replica.upstream.gate.try_acquire_nowait(holder)
     request = attrs.evolve(chat(), alias="x", session_id="s1")
     home = replicas.candidates(request, trio.current_time())[1]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(router.run, request, router.plan(request), ignore)
         await trio.testing.wait_all_tasks_blocked()
-        home.upstream.gate.release_on_behalf_of(holder)  # the one that frees first wins
-    assert home.upstream.gate.borrowed_tokens == 0
-    assert sum(r.upstream.gate.borrowed_tokens for r in replicas.replicas) == 2
+        local(home.upstream.gate).release_nowait(holder)  # the one that frees first wins
+    assert home.upstream.gate.statistics().in_flight == 0
+    assert sum(r.upstream.gate.statistics().in_flight for r in replicas.replicas) == 2
 
 
 async def test_a_spill_is_counted_where_it_left_and_each_failure_named(
@@ -239,7 +245,7 @@ async def test_a_spill_is_counted_where_it_left_and_each_failure_named(
 ) -> None:
     first = shell(answer, name="p1", max_inflight=1, queue_timeout_s=0.0)
     second = shell(refuse, name="p2", weight=0)
-    first.gate.acquire_on_behalf_of_nowait(object())
+    first.gate.try_acquire_nowait(object())
     router = router_of(first, second)
     with pytest.raises(AllProvidersFailed) as caught:
         await router.run(chat(), router.plan(chat()), ignore)

@@ -63,7 +63,7 @@ async def test_capacity_is_the_sum_of_the_replicas() -> None:
     replicas = fleet("round_robin", n=3, max_inflight=2)
     assert replicas.statistics().max_inflight == 6
     holder = object()
-    replicas.replicas[1].upstream.gate.acquire_on_behalf_of_nowait(holder)
+    replicas.replicas[1].upstream.gate.try_acquire_nowait(holder)
     stats = replicas.statistics()
     assert (stats.in_flight, stats.waiting) == (1, 0)
 
@@ -134,7 +134,7 @@ async def test_least_loaded_reads_gates_and_scraped_signals(
 ) -> None:
     replicas = fleet("least_loaded", n=3, max_inflight=4)
     first, second, third = replicas.replicas
-    first.upstream.gate.acquire_on_behalf_of_nowait(object())
+    first.upstream.gate.try_acquire_nowait(object())
     second.upstream.signals = ReplicaSignals(waiting=3)
     order = [r.name for r in replicas.candidates(chat(), trio.current_time())]
     assert order == ["r2:8000", "r0:8000", "r1:8000"]
@@ -169,7 +169,7 @@ async def test_a_scraped_load_counts_only_other_clients_on_top_of_the_gateway_s_
     first.upstream.signals = ReplicaSignals(load=10, load_own=10)
     # Scraped with 1 of the gateway's and 2 of other clients'; the gateway has 3 there now.
     for _ in range(3):
-        second.upstream.gate.acquire_on_behalf_of_nowait(object())
+        second.upstream.gate.try_acquire_nowait(object())
     second.upstream.signals = ReplicaSignals(load=3, load_own=1)
     views = {v.name: v for v in (r.view(trio.current_time()) for r in replicas.replicas)}
     assert views["r0:8000"].upstream_load == 0

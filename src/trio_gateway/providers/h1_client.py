@@ -127,6 +127,13 @@ class H1Pool:
             _close_now(stream)
         return None
 
+    def close_idle(self) -> None:
+        """Close every idle connection (a provider retired by a reload)."""
+        idle, self._idle = self._idle, {}
+        for streams in idle.values():
+            for stream, _ in streams:
+                _close_now(stream)
+
     def put_idle(self, origin: Origin, stream: trio.abc.Stream) -> bool:
         idle = self._idle.setdefault(origin, [])
         if len(idle) >= self.max_idle:

@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 import attrs
 
 from trio_gateway.config import ProviderConfig
+from trio_gateway.gate import GateStats
 from trio_gateway.health import HealthSnapshot, ProviderHealth, State
-from trio_gateway.providers.upstream import GateStats, Upstream
+from trio_gateway.providers.upstream import Upstream
 from trio_gateway.replica_policy import Affinity, ReplicaView, make_policy, session_key
 from trio_gateway.request import ChatRequest
 
@@ -45,11 +46,11 @@ class Replica:
         # A scraped /load is seconds old: the gateway's own requests in it may have ended since.
         # What counts is the others' share, on top of the gateway's count now.
         others = signals.others_load()
-        load = None if others is None else stats.borrowed_tokens + others
+        load = None if others is None else stats.in_flight + others
         return ReplicaView(
             name=self.name,
-            in_flight=stats.borrowed_tokens,
-            capacity=int(stats.total_tokens),
+            in_flight=stats.in_flight,
+            capacity=stats.max_inflight,
             healthy=self.health.in_rotation(now),
             waiting=signals.waiting,
             kv_cache_usage=signals.kv_cache_usage,

@@ -22,6 +22,7 @@ from trio_gateway.access import current as current_request
 from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.events import Event
+from trio_gateway.gate import GateStats, LocalGate, SharedGate
 from trio_gateway.providers import dialect_for
 from trio_gateway.providers.dialect import Dialect, StreamParser, UpstreamCall
 from trio_gateway.providers.h1_client import H1Pool, H1Response, Origin
@@ -53,13 +54,6 @@ POOL_HEADROOM = 2
 KEEPALIVE_EXPIRY_S = 2.0
 
 
-@attrs.frozen
-class GateStats:
-    in_flight: int
-    waiting: int
-    max_inflight: int
-
-
 class Upstream:
     """One provider: its config, connection pool, admission gate, dialect and credential."""
 
@@ -70,10 +64,12 @@ class Upstream:
         client: httpx.AsyncClient,
         dialect: Dialect | None = None,
         connect: Callable[[Origin], Awaitable[trio.abc.Stream]] | None = None,
+        gate: LocalGate | SharedGate | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
-        self.gate = trio.CapacityLimiter(config.max_inflight)
+        # max_inflight: this process's own, or leases shared through Redis (gate.py).
+        self.gate = gate if gate is not None else LocalGate(config.max_inflight)
         # What the server says of its own load, scraped (scrape.py); read by routing and metrics.
         self.signals = ReplicaSignals()
         self.prefix_cache = PrefixCacheRate()
@@ -121,12 +117,11 @@ class Upstream:
         return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
 
     def statistics(self) -> GateStats:
-        stats = self.gate.statistics()
-        return GateStats(
-            in_flight=stats.borrowed_tokens,
-            waiting=stats.tasks_waiting,
-            max_inflight=int(stats.total_tokens),
-        )
+        return self.gate.statistics()
+
+    def close_idle(self) -> None:
+        """Close the idle upstream connections (a provider retired by a reload)."""
+        self._h1.close_idle()
 
     async def probe(self) -> None:
         """A real one-token generation with thinking off: proof that the provider generates,
@@ -167,7 +162,7 @@ class Upstream:
         except (httpx.HTTPError, trio.TooSlowError, GatewayError):
             text = None
         load = await self.read_load()
-        own = self.gate.statistics().borrowed_tokens
+        own = self.gate.statistics().in_flight
         if text is None and load is None:
             return None
         signals = parse_vllm_metrics(text) if text is not None else ReplicaSignals()

@@ -1,0 +1,173 @@
+"""Three gateway processes, one real Redis, one simulator with 16 sequences behind
+``max_inflight = 8``: the limit holds across the processes (leases, gate.py), and a process
+killed with SIGKILL gives its slots back within ``lease_ttl_s``."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import attrs
+import httpx
+import trio
+
+from tests.e2e.harness import FAST_SIM, chat, running_sim, script
+from tests.e2e.test_cli import CLI, free_port
+from tests.redis_server import RedisServer, running_redis
+from trio_gateway.sim import SimHandle
+
+LEASE_TTL_S = 1.5
+# 16 sequences: the engine would run all 24 of a burst at once if the gateways let it.
+SIM = attrs.evolve(FAST_SIM, max_num_seqs=16, decode_step_s=0.01, decode_step_s_per_seq=0.0)
+
+
+def config_text(port: int, sim: SimHandle, redis: RedisServer) -> str:
+    return f"""
+[server]
+listen = "127.0.0.1:{port}"
+drain_timeout_s = 2.0
+
+[redis]
+url = "{redis.url}"
+lease_ttl_s = {LEASE_TTL_S}
+
+[aliases.agent-lite]
+[[aliases.agent-lite.providers]]
+name = "vllm"
+type = "openai_compatible"
+base_url = "{sim.base_url}/v1"
+model = "qwen3-32b"
+api_key_env = "SIM_KEY"
+max_inflight = 8
+queue_timeout_s = 60.0
+probe = false
+"""
+
+
+@asynccontextmanager
+async def gateways(
+    tmp_path: Path, sim: SimHandle, redis: RedisServer, count: int = 3
+) -> AsyncIterator[list[tuple[subprocess.Popen[bytes], str]]]:
+    running = []
+    try:
+        for i in range(count):
+            port = free_port()
+            path = tmp_path / f"gateway-{i}.toml"
+            path.write_text(config_text(port, sim, redis))
+            proc = subprocess.Popen(  # noqa: ASYNC220 - started here, waited on below
+                [*CLI, "serve", "--config", str(path)],
+                stdout=subprocess.DEVNULL,
+                stderr=(tmp_path / f"gateway-{i}.log").open("w"),
+                env={"SIM_KEY": "sim-key", "PATH": "/usr/bin:/bin"},
+            )
+            running.append((proc, f"http://127.0.0.1:{port}"))
+        async with httpx.AsyncClient(timeout=1) as client:
+            for proc, base in running:
+                with trio.fail_after(30):
+                    while True:
+                        assert proc.poll() is None, (tmp_path / "gateway-0.log").read_text()
+                        try:
+                            if (await client.get(base + "/readyz")).status_code == 200:
+                                break
+                        except httpx.TransportError:
+                            pass
+                        await trio.sleep(0.05)
+        yield running
+    finally:
+        for proc, _ in running:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+async def sim_stats(sim: SimHandle) -> dict[str, int]:
+    async with httpx.AsyncClient() as client:
+        stats: dict[str, int] = (await client.get(sim.base_url + "/sim/stats")).json()
+    return stats
+
+
+async def stream(base: str, tokens: int, started: trio.Event | None = None) -> str:
+    body = chat(script({"text_tokens": tokens}), stream=True)
+    async with (
+        httpx.AsyncClient(timeout=120) as client,
+        client.stream("POST", base + "/v1/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200
+        parts = []
+        async for text in response.aiter_text():
+            if started is not None and "content" in text:
+                started.set()
+            parts.append(text)
+    return "".join(parts)
+
+
+async def test_a_burst_on_three_gateways_never_runs_more_than_max_inflight(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running_redis() as redis,
+        running_sim(SIM) as sim,
+        gateways(tmp_path, sim, redis) as running,
+    ):
+        answers: list[str] = []
+
+        async def one(base: str) -> None:
+            answers.append(await stream(base, tokens=30))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                for _, base in running:
+                    nursery.start_soon(one, base)
+        assert len(answers) == 24
+        assert all(a.rstrip().endswith("data: [DONE]") for a in answers)
+        stats = await sim_stats(sim)
+        # The limit held, and was reached: the test could have seen it broken.
+        assert stats["max_running_seen"] == 8, stats
+        assert stats["requests"] == 24
+
+
+async def test_a_killed_gateway_gives_its_slots_back_within_the_lease_ttl(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running_redis() as redis,
+        running_sim(SIM) as sim,
+        gateways(tmp_path, sim, redis, count=2) as running,
+    ):
+        (doomed, doomed_base), (_, survivor_base) = running
+        async with trio.open_nursery() as nursery:
+            # The doomed gateway takes all 8 slots with long streams.
+            for _ in range(8):
+                started = trio.Event()
+
+                async def hold(started: trio.Event = started) -> None:
+                    # Cut by the kill.
+                    with contextlib.suppress(httpx.HTTPError, AssertionError):
+                        await stream(doomed_base, tokens=100_000, started=started)
+
+                nursery.start_soon(hold)
+                await started.wait()
+            # The survivor's request waits: no slot anywhere.
+            served = trio.Event()
+            waited: list[float] = []
+
+            async def wait_for_slot() -> None:
+                await stream(survivor_base, tokens=5, started=served)
+                served.set()
+
+            nursery.start_soon(wait_for_slot)
+            with trio.move_on_after(LEASE_TTL_S):
+                await served.wait()
+            assert not served.is_set(), "served while every slot was leased elsewhere"
+            doomed.send_signal(signal.SIGKILL)
+            killed_at = trio.current_time()
+            with trio.fail_after(LEASE_TTL_S + 2.0):
+                await served.wait()
+            waited.append(trio.current_time() - killed_at)
+        # The kill also closed the doomed gateway's upstream connections (the sim aborts),
+        # but what frees the survivor is the lease expiry, within the TTL.
+        assert waited[0] <= LEASE_TTL_S + 1.0, waited

@@ -1,0 +1,163 @@
+"""``[server] workers = N`` (workers.py): a supervisor and N gateway processes on one port,
+run as a user runs them (`trio-gateway serve`), with the embedded simulator as upstream."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.test_cli import CLI, free_port, wait_ready
+
+STOP_TIMEOUT_S = 20
+
+
+def config_text(gateway_port: int, sim_port: int, *, workers: int, max_inflight: int) -> str:
+    return f"""
+[server]
+listen = "127.0.0.1:{gateway_port}"
+workers = {workers}
+drain_timeout_s = 5.0
+
+[simulators.sim]
+listen = "127.0.0.1:{sim_port}"
+served_model_name = "m"
+max_num_seqs = 64
+decode_step_s = 0.01
+
+[aliases.agent-lite]
+[[aliases.agent-lite.providers]]
+name = "sim"
+type = "openai_compatible"
+base_url = "http://127.0.0.1:{sim_port}/v1"
+model = "m"
+max_inflight = {max_inflight}
+queue_timeout_s = 30.0
+probe = false
+"""
+
+
+@contextmanager
+def supervisor(
+    tmp_path: Path, *, workers: int = 2, max_inflight: int = 8
+) -> Iterator[tuple[subprocess.Popen[str], int, int, Path]]:
+    port, sim_port = free_port(), free_port()
+    path = tmp_path / "gateway.toml"
+    path.write_text(config_text(port, sim_port, workers=workers, max_inflight=max_inflight))
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [*CLI, "serve", "--config", str(path)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
+    try:
+        wait_ready(port, proc)
+        yield proc, port, sim_port, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def worker_pids(port: int, *, at_least: int, timeout_s: float = 20) -> set[int]:
+    """The pids that answer /healthz on a new connection each time, until ``at_least`` seen."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < at_least and time.monotonic() < deadline:
+        try:
+            seen.add(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()["pid"])
+        except httpx.TransportError:
+            time.sleep(0.05)
+    return seen
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by the supervisor's parent) is gone for our purposes.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(predicate: object, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def chat(port: int, tokens: int = 5) -> int:
+    body = {
+        "model": "agent-lite",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": tokens,
+        "stream": True,
+    }
+    with (
+        httpx.Client(timeout=60) as client,
+        client.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r,
+    ):
+        text = "".join(r.iter_text())
+    assert text.rstrip().endswith("data: [DONE]"), text[-300:]
+    return r.status_code
+
+
+def test_workers_share_one_port_reload_on_sighup_and_drain_on_sigterm(tmp_path: Path) -> None:
+    with supervisor(tmp_path) as (proc, port, _, log):
+        pids = worker_pids(port, at_least=2)
+        assert len(pids) == 2 and proc.pid not in pids, pids
+        assert chat(port) == 200
+        proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: log.read_text().count("applied: ") == 2, 20), log.read_text()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(STOP_TIMEOUT_S) == 0
+        assert all(not alive(pid) for pid in pids)
+        text = log.read_text()
+        assert text.count("draining for up to 5 s") == 2, text
+        assert "Traceback" not in text
+
+
+def test_without_redis_each_worker_takes_its_share_of_max_inflight(tmp_path: Path) -> None:
+    """max_inflight 8 over 2 workers: 4 each, so 24 streams at once never run more than 8."""
+    with supervisor(tmp_path, max_inflight=8) as (_, port, sim_port, _):
+        with ThreadPoolExecutor(24) as pool:
+            statuses = list(pool.map(lambda _: chat(port, tokens=40), range(24)))
+        assert statuses == [200] * 24
+        stats = httpx.get(f"http://127.0.0.1:{sim_port}/sim/stats").json()
+        assert stats["requests"] == 24
+        assert 4 <= stats["max_running_seen"] <= 8, stats
+
+
+def test_a_worker_that_dies_is_started_again(tmp_path: Path) -> None:
+    with supervisor(tmp_path) as (_, port, _, log):
+        pids = worker_pids(port, at_least=2)
+        victim = min(pids)
+        os.kill(victim, signal.SIGKILL)
+        assert wait_for(lambda: "exited with -9; starting it again" in log.read_text(), 20)
+        fresh = worker_pids(port, at_least=2)
+        assert victim not in fresh and len(fresh) == 2, (pids, fresh)
+        assert chat(port) == 200
+
+
+def test_a_killed_supervisor_takes_its_workers_along(tmp_path: Path) -> None:
+    with supervisor(tmp_path) as (proc, port, _, log):
+        pids = worker_pids(port, at_least=2)
+        proc.kill()
+        proc.wait()
+        assert wait_for(lambda: not any(alive(pid) for pid in pids), STOP_TIMEOUT_S), pids
+        assert log.read_text().count("supervisor gone: draining") == 2
