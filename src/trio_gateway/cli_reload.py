@@ -5,7 +5,8 @@ signal is sent. The gateway checks it again when it reloads (the file may change
 and logs the outcome; ``gateway_config_reloads_total`` counts it.
 
 Which processes: ``--pid``, or every ``trio-gateway serve`` on this host whose ``--config``
-is this file (read from ``/proc``: Linux).
+is this file (read from ``/proc``: Linux); of ``[server] workers``, the supervisor, which
+passes the signal on to its workers.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def serve_config(argv: Sequence[str]) -> str | None:
         return None
     config = DEFAULT_CONFIG_NAME
     args = rest[1:]
+    if any(a == "--worker-fd" or a.startswith("--worker-fd=") for a in args):
+        return None  # a worker: its supervisor passes the signal on (workers.py)
     for i, word in enumerate(args):
         if word == "--config" and i + 1 < len(args):
             config = args[i + 1]

@@ -25,6 +25,7 @@ from tests.e2e.harness import (
     script,
     wait_until,
 )
+from trio_gateway import auth
 from trio_gateway.config import load_config
 from trio_gateway.live import Running
 from trio_gateway.server import GatewayHandle
@@ -266,3 +267,38 @@ async def test_probes_start_and_stop_with_their_providers(tmp_path: Path) -> Non
             # Blue's probe has stopped: two of its intervals pass without a probe.
             await trio.sleep(0.3)
             assert await requests_seen(blue) == probed
+
+
+async def test_a_reload_reads_the_keys_file_it_names(tmp_path: Path) -> None:
+    """The new file names another keys file: its keys work at once, the old file's do not."""
+    old_key, new_key = auth.new_key(), auth.new_key()
+    (tmp_path / "old.toml").write_text(f'[keys.a]\nsha256 = "{auth.hash_key(old_key)}"\n')
+    (tmp_path / "new.toml").write_text(f'[keys.b]\nsha256 = "{auth.hash_key(new_key)}"\n')
+    path = tmp_path / "gateway.toml"
+    async with running_sim() as blue:
+
+        def write(keys: str) -> None:
+            server = f'[auth]\nkeys_file = "{tmp_path / keys}"\n'
+            path.write_text(
+                f'[server]\nlisten = "127.0.0.1:0"\n{server}[aliases.agent-lite]\n'
+                + provider_toml("blue", blue.base_url)
+            )
+
+        async def status(key: str) -> int:
+            async with httpx.AsyncClient(timeout=10) as client:
+                response = await client.get(
+                    gateway.base_url + "/v1/models", headers={"authorization": f"Bearer {key}"}
+                )
+            return response.status_code
+
+        write("old.toml")
+        async with running_gateway(load_config(path, environ=ENV), load=loader(path)) as gateway:
+            assert (await status(old_key), await status(new_key)) == (200, 401)
+            write("new.toml")
+            assert await gateway.reload()
+            assert (await status(old_key), await status(new_key)) == (401, 200)
+            # A keys file with a problem: the whole reload is refused.
+            (tmp_path / "broken.toml").write_text("[keys.c]\n")
+            write("broken.toml")
+            assert not await gateway.reload()
+            assert (await status(old_key), await status(new_key)) == (401, 200)

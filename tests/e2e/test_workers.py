@@ -161,3 +161,37 @@ def test_a_killed_supervisor_takes_its_workers_along(tmp_path: Path) -> None:
         proc.wait()
         assert wait_for(lambda: not any(alive(pid) for pid in pids), STOP_TIMEOUT_S), pids
         assert log.read_text().count("supervisor gone: draining") == 2
+
+
+def test_trio_gateway_reload_checks_the_file_then_signals_the_gateway(tmp_path: Path) -> None:
+    with supervisor(tmp_path, workers=1) as (proc, port, _, log):
+        path = tmp_path / "gateway.toml"
+        good = path.read_text()
+        path.write_text(good.replace("max_inflight = 8", 'max_inflight = "eight"'))
+        bad = subprocess.run(
+            [*CLI, "reload", "--config", str(path)], capture_output=True, text=True, check=False
+        )
+        assert bad.returncode == 2, bad
+        assert "max_inflight" in bad.stderr and "no reload sent" in bad.stderr
+        assert "applied" not in log.read_text()
+        path.write_text(good.replace("agent-lite", "agent-max"))
+        ok = subprocess.run(
+            [*CLI, "reload", "--config", str(path)], capture_output=True, text=True, check=False
+        )
+        assert ok.returncode == 0, ok
+        assert f"sent SIGHUP to pid {proc.pid}\n" in ok.stdout
+        assert wait_for(lambda: "applied: " in log.read_text(), 20), log.read_text()
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()
+        assert [m["id"] for m in models["data"]] == ["agent-max"]
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert 'gateway_config_reloads_total{result="applied"} 1.0' in metrics
+
+
+def test_trio_gateway_reload_without_a_running_gateway_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(config_text(free_port(), free_port(), workers=1, max_inflight=8))
+    result = subprocess.run(
+        [*CLI, "reload", "--config", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert "runs on this host; give --pid PID" in result.stderr

@@ -125,6 +125,10 @@ def test_alias_changes_are_not_fixed() -> None:
         ),
         (["python3", "-m", "trio_gateway", "serve", "--config=/etc/g.toml"], "/etc/g.toml"),
         (["trio-gateway", "serve", "--log-level", "debug", "--config", "a.toml"], "a.toml"),
+        (
+            ["python3", "-m", "trio_gateway", "serve", "--config", "a.toml", "--worker-fd", "3"],
+            None,
+        ),
         (["trio-gateway", "check", "a.toml"], None),
         (["trio-gateway", "sim"], None),
         (["python3", "-m", "http.server"], None),
