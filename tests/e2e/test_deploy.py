@@ -302,12 +302,17 @@ def test_vllm_replicas_are_the_gateways_endpoints(tmp_path: Path) -> None:
     assert list(vllm.endpoints) == [
         f"http://{name}-{i}.{governing}:{port}/v1" for i in range(statefulset["spec"]["replicas"])
     ]
-    # The gateway pods' gates together stay below what the engine runs at once: each pod has
-    # its own (no cluster-wide leases), and the autoscaler may run maxReplicas of them.
+    # The gateway pods' gates together stay below what the engine runs at once. With leases
+    # in Redis, max_inflight is for all pods together, plus one probe per pod outside it;
+    # without, each pod has its own and the autoscaler may run maxReplicas of them.
     hpa = resource(BASE, "HorizontalPodAutoscaler", "trio-gateway")
     assert hpa["spec"]["scaleTargetRef"]["name"] == "trio-gateway"
     max_num_seqs = int(flag_value(args, "--max-num-seqs"))
-    assert hpa["spec"]["maxReplicas"] * vllm.max_inflight < max_num_seqs
+    pods = hpa["spec"]["maxReplicas"]
+    if config.redis is not None and config.redis.leases:
+        assert vllm.max_inflight + pods <= max_num_seqs
+    else:
+        assert pods * vllm.max_inflight < max_num_seqs
     # Start-up (minutes) has its own window, apart from liveness.
     startup = engine["startupProbe"]
     assert startup["failureThreshold"] * startup["periodSeconds"] >= VLLM_STARTUP_S
