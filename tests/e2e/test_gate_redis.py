@@ -341,3 +341,22 @@ async def test_the_same_key_is_the_same_gate_and_each_call_brings_its_limit() ->
         broker.gate(key, 2)  # down: the 3 held stay, nothing new until below 2
         assert gate.statistics() == GateStats(in_flight=3, waiting=0, max_inflight=2)
         assert not await gate.try_acquire(object())
+
+
+async def test_an_acquire_cancelled_mid_call_leaves_no_lease_behind() -> None:
+    """A race for a slot cancels the losers (pipeline._first_slot): one cancelled after its
+    script was sent but before the reply was read must not keep a cluster slot for lease_ttl_s.
+    Cancelled at spread-out moments, 200 times: no lease is left, at once, not after the TTL."""
+    async with running_redis() as server, brokers(server, 1) as (broker,):
+        gate = broker.gate("vllm", 8)
+        granted = 0
+        for i in range(200):
+            borrower = object()
+            with trio.move_on_after(i * 0.00002):  # 0 to 4 ms: across the round trip
+                await gate.acquire(borrower)
+                granted += 1
+                await gate.release(borrower)
+            assert gate.statistics().in_flight == 0
+        # Some were cancelled, some not: the deadlines spanned the whole call.
+        assert 0 < granted < 200
+        assert await leases_in_redis(server, "vllm") == 0

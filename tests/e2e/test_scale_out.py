@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import attrs
 import httpx
@@ -25,7 +26,9 @@ LEASE_TTL_S = 1.5
 SIM = attrs.evolve(FAST_SIM, max_num_seqs=16, decode_step_s=0.01, decode_step_s_per_seq=0.0)
 
 
-def config_text(port: int, sim: SimHandle, redis: RedisServer) -> str:
+def config_text(
+    port: int, sim: SimHandle, redis: RedisServer, queue_timeout_s: float = 60.0, extra: str = ""
+) -> str:
     return f"""
 [server]
 listen = "127.0.0.1:{port}"
@@ -43,21 +46,21 @@ base_url = "{sim.base_url}/v1"
 model = "qwen3-32b"
 api_key_env = "SIM_KEY"
 max_inflight = 8
-queue_timeout_s = 60.0
+queue_timeout_s = {queue_timeout_s}
 probe = false
-"""
+{extra}"""
 
 
 @asynccontextmanager
 async def gateways(
-    tmp_path: Path, sim: SimHandle, redis: RedisServer, count: int = 3
+    tmp_path: Path, sim: SimHandle, redis: RedisServer, count: int = 3, **config: Any
 ) -> AsyncIterator[list[tuple[subprocess.Popen[bytes], str]]]:
     running = []
     try:
         for i in range(count):
             port = free_port()
             path = tmp_path / f"gateway-{i}.toml"
-            path.write_text(config_text(port, sim, redis))
+            path.write_text(config_text(port, sim, redis, **config))
             proc = subprocess.Popen(  # noqa: ASYNC220 - started here, waited on below
                 [*CLI, "serve", "--config", str(path)],
                 stdout=subprocess.DEVNULL,
@@ -171,3 +174,60 @@ async def test_a_killed_gateway_gives_its_slots_back_within_the_lease_ttl(
         # The kill also closed the doomed gateway's upstream connections (the sim aborts),
         # but what frees the survivor is the lease expiry, within the TTL.
         assert waited[0] <= LEASE_TTL_S + 1.0, waited
+
+
+async def fill(base: str, nursery: trio.Nursery, slots: int) -> None:
+    """``slots`` long streams on the gateway at ``base``, each started when this returns."""
+    for _ in range(slots):
+        started = trio.Event()
+
+        async def hold(started: trio.Event = started) -> None:
+            with contextlib.suppress(httpx.HTTPError, AssertionError):
+                await stream(base, tokens=100_000, started=started)
+
+        nursery.start_soon(hold)
+        await started.wait()
+
+
+async def test_spill_keeps_its_meaning_across_gateways_and_redis_down_is_not_a_hang(
+    tmp_path: Path,
+) -> None:
+    """Gateway A holds all 8 leases: gateway B's request waits its queue_timeout_s, then
+    spills to the fallback. With Redis gone, B admits its share (on_lease_error = share) at
+    once: no request hangs on Redis."""
+    async with (
+        running_redis() as redis,
+        running_sim(SIM) as sim,
+        running_sim(SIM) as fallback,
+    ):
+        extra = f"""
+[[aliases.agent-lite.providers]]
+name = "fallback"
+type = "openai_compatible"
+base_url = "{fallback.base_url}/v1"
+model = "qwen3-32b"
+api_key_env = "SIM_KEY"
+weight = 0
+probe = false
+"""
+        async with (
+            gateways(tmp_path, sim, redis, count=2, queue_timeout_s=0.5, extra=extra) as running,
+            trio.open_nursery() as nursery,
+        ):
+            (_, a), (_, b) = running
+            await fill(a, nursery, 8)
+            began = trio.current_time()
+            answer = await stream(b, tokens=5)
+            waited = trio.current_time() - began
+            assert answer.rstrip().endswith("data: [DONE]")
+            assert (await sim_stats(fallback))["requests"] == 1
+            assert (await sim_stats(sim))["requests"] == 8
+            assert 0.5 <= waited < 5.0, waited
+            # Redis gone: B takes its share (8 // 2 gateways seen) without leases, at once.
+            redis.kill()
+            began = trio.current_time()
+            answer = await stream(b, tokens=5)
+            assert answer.rstrip().endswith("data: [DONE]")
+            assert trio.current_time() - began < 3.0
+            assert (await sim_stats(sim))["requests"] == 9
+            nursery.cancel_scope.cancel()
