@@ -69,8 +69,13 @@ class Running:
             provider.gate.resize(config.max_inflight)
 
     def idle(self) -> bool:
-        stats = self.provider.statistics()
-        return stats.in_flight == 0 and stats.waiting == 0
+        """No attempt runs on it, and none waits at a gate of its own. A leased gate is the
+        same object for its successor (same key), so its waiters may be the successor's."""
+        return all(
+            upstream.active == 0
+            and (isinstance(upstream.gate, SharedGate) or upstream.statistics().waiting == 0)
+            for _, upstream, _ in self.members()
+        )
 
     async def aclose(self) -> None:
         for _, upstream, _ in self.members():

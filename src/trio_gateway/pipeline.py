@@ -307,6 +307,7 @@ class Router:
 
         started = trio.current_time()
         before = health.state
+        upstream.active += 1
         try:
             await upstream.stream_chat(request, tracked, meter)
         except RequestError:
@@ -321,6 +322,7 @@ class Router:
             health.success()
             return None
         finally:
+            upstream.active -= 1
             self._served(provider, trio.current_time() - started)
             log_transition(member.name, before, health)
             await upstream.gate.release(borrower)

@@ -25,6 +25,7 @@ from tests.e2e.harness import (
     script,
     wait_until,
 )
+from tests.redis_server import running_redis
 from trio_gateway import auth
 from trio_gateway.config import load_config
 from trio_gateway.live import Running
@@ -302,3 +303,50 @@ async def test_a_reload_reads_the_keys_file_it_names(tmp_path: Path) -> None:
             write("broken.toml")
             assert not await gateway.reload()
             assert (await status(old_key), await status(new_key)) == (401, 200)
+
+
+async def test_a_replaced_leased_provider_retires_while_its_successor_is_busy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With leases, a replaced provider's gate is its successor's (one key, one set of slots):
+    the old one must still retire once its own streams end, while the new one has traffic."""
+    caplog.set_level(logging.INFO, logger="trio_gateway")
+    path = tmp_path / "gateway.toml"
+    async with running_redis() as redis, running_sim() as blue, running_sim() as green:
+        server = f'[redis]\nurl = "{redis.url}"\n'
+
+        def write(sim: SimHandle) -> None:
+            path.write_text(
+                f'[server]\nlisten = "127.0.0.1:0"\n{server}[aliases.agent-lite]\n'
+                + provider_toml("vllm", sim.base_url)
+            )
+
+        write(blue)
+        async with running_gateway(load_config(path, environ=ENV), load=loader(path)) as gateway:
+            old = gateway.reloader.running["vllm"]
+            release = trio.Event()
+
+            async def hold(tokens: int) -> None:
+                body = chat(script({"text_tokens": tokens}), stream=True)
+                async with (
+                    httpx.AsyncClient(timeout=30) as client,
+                    client.stream(
+                        "POST", gateway.base_url + "/v1/chat/completions", json=body
+                    ) as response,
+                ):
+                    await release.wait()
+                    await response.aread()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(hold, 50)
+                await wait_until(lambda: old.provider.statistics().in_flight == 1)
+                write(green)
+                assert await gateway.reload()
+                new = gateway.reloader.running["vllm"]
+                assert new.provider.gate is old.provider.gate  # one key in Redis
+                nursery.start_soon(hold, 100_000)  # the successor stays busy
+                await wait_until(lambda: new.provider.active == 1)
+                release.set()
+                await wait_until(lambda: "provider vllm retired" in caplog.text, timeout_s=10)
+                assert new.provider.active == 1
+                nursery.cancel_scope.cancel()

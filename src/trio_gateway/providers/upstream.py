@@ -78,6 +78,9 @@ class Upstream:
         # Answers ended at their first complete tool call (toolcall_stop.py); read at scrape
         # time (metrics.ToolCallStopCollector).
         self.tool_call_early_stops = 0
+        # Attempts running on this upstream (pipeline._attempt): a provider retired by a reload
+        # closes its connections once this is 0 (its gate may be shared with its successor).
+        self.active = 0
         # Probes of /load go through httpx; the chat exchange through the lean HTTP/1.1
         # client, whose per-chunk read is a socket read and a few bytes.find (h1_client.py).
         self._client = client
