@@ -29,6 +29,7 @@ from tests.redis_server import running_redis
 from trio_gateway import auth
 from trio_gateway.config import load_config
 from trio_gateway.live import Running
+from trio_gateway.providers.upstream import Upstream
 from trio_gateway.server import GatewayHandle
 from trio_gateway.sim import SimHandle
 
@@ -342,11 +343,12 @@ async def test_a_replaced_leased_provider_retires_while_its_successor_is_busy(
                 await wait_until(lambda: old.provider.statistics().in_flight == 1)
                 write(green)
                 assert await gateway.reload()
-                new = gateway.reloader.running["vllm"]
-                assert new.provider.gate is old.provider.gate  # one key in Redis
+                new, before = gateway.reloader.running["vllm"].provider, old.provider
+                assert isinstance(new, Upstream) and isinstance(before, Upstream)
+                assert new.gate is before.gate  # one key in Redis
                 nursery.start_soon(hold, 100_000)  # the successor stays busy
-                await wait_until(lambda: new.provider.active == 1)
+                await wait_until(lambda: new.active == 1)
                 release.set()
                 await wait_until(lambda: "provider vllm retired" in caplog.text, timeout_s=10)
-                assert new.provider.active == 1
+                assert new.active == 1
                 nursery.cancel_scope.cancel()
