@@ -12,7 +12,13 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import attrs
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -250,6 +256,9 @@ class Metrics:
     def __init__(self, read_providers: Callable[[], Iterable[ProviderGauges]]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         registry = self.registry
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds...: per
+        # process (a worker of [server] workers reports its own), read from /proc at scrape.
+        ProcessCollector(registry=registry)
         self.requests = Counter(
             "gateway_requests",
             "Requests by alias, the provider that answered, outcome and error code",

@@ -3,7 +3,10 @@ the time-to-first-token histogram against the requests that produced a first tok
 
 from __future__ import annotations
 
+import os
+
 import httpx
+import trio
 
 from tests.e2e.harness import Stack, chat, script
 from tests.e2e.test_admission import metric, requests_total, scrape_when
@@ -43,3 +46,21 @@ async def test_token_counters_add_up_the_usage_each_client_was_told(stack: Stack
     duration = "gateway_request_duration_seconds"
     assert metric(page, duration + "_count", **LABELS) == 3
     assert 0 < metric(page, ttft + "_sum", **LABELS) < metric(page, duration + "_sum", **LABELS)
+
+
+async def test_process_metrics_describe_this_process(stack: Stack) -> None:
+    """Per process (a worker of [server] workers reports its own): memory and descriptors."""
+    async with httpx.AsyncClient() as client:
+        page = (await client.get(stack.gateway.base_url + "/metrics")).text
+    values = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in page.splitlines()
+        if line.startswith("process_")
+    }
+    statm = await trio.Path("/proc/self/statm").read_text()
+    resident = int(statm.split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    # The gateway runs in this test's process: the same resident set, within what the
+    # scrape itself allocates.
+    assert abs(values["process_resident_memory_bytes"] - resident) < 64 * 1024 * 1024
+    assert values["process_open_fds"] >= 3
+    assert values["process_cpu_seconds_total"] > 0
