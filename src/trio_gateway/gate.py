@@ -399,10 +399,12 @@ class LeaseBroker:
             await trio.sleep_until(next_at)
 
     async def _renew(self) -> None:
-        held = {g: [m for m in g._granted.values() if m is not None] for g in self._gates.values()}
-        # An idle process heartbeats too: it is a peer, and its fallback share stays reserved.
+        # Every gate, with leases to renew or not: an idle one's cluster count (a gauge) is
+        # refreshed too, so it is never older than a renewal interval. An idle process
+        # heartbeats as well: it is a peer, and its fallback share stays reserved.
         rounds: list[tuple[SharedGate | None, list[str]]] = [
-            (gate, members) for gate, members in held.items() if members
+            (gate, [m for m in gate._granted.values() if m is not None])
+            for gate in self._gates.values()
         ] or [(None, [])]
         for gate, members in rounds:
             keys = [self._procs_key] + ([] if gate is None else [gate._redis_key])

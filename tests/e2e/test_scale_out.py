@@ -131,6 +131,27 @@ async def test_a_burst_on_three_gateways_never_runs_more_than_max_inflight(
         # The limit held, and was reached: the test could have seen it broken.
         assert stats["max_running_seen"] == 8, stats
         assert stats["requests"] == 24
+        values: dict[str, str] = {}
+
+        async def leases_left() -> float:
+            async with httpx.AsyncClient() as client:
+                page = (await client.get(running[0][1] + "/metrics")).text
+            for line in page.splitlines():
+                if line.startswith("gateway_lease"):
+                    name, value = line.rsplit(" ", 1)
+                    values[name] = value
+            return float(values['gateway_lease_cluster_in_flight{gate="vllm"}'])
+
+        # All leases given back, as the gateway sees it within a renewal interval (ttl / 3).
+        with trio.fail_after(LEASE_TTL_S + 2):
+            while await leases_left() != 0:  # noqa: ASYNC110 - another process's gauge
+                await trio.sleep(0.05)
+        # Every process has seen the other two; at least an acquire and a release per request
+        # of this gateway went to Redis.
+        assert float(values["gateway_lease_peers"]) == 3
+        assert float(values["gateway_lease_redis_calls_total"]) >= 2 * 8
+        assert float(values["gateway_lease_redis_errors_total"]) == 0
+        assert float(values["gateway_lease_fallback"]) == 0
 
 
 async def test_a_killed_gateway_gives_its_slots_back_within_the_lease_ttl(
