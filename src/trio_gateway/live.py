@@ -10,14 +10,14 @@ holds (and those queued at its gate by a plan made before the reload) have ended
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import AsyncExitStack
 
 import attrs
 import trio
 
 from trio_gateway.config import ProviderConfig, Secret
-from trio_gateway.gate import LocalGate, SharedGate
+from trio_gateway.gate import LeaseBroker, LocalGate, SharedGate
 from trio_gateway.health import ProviderHealth, probe_service
 from trio_gateway.providers.credentials import credential_source
 from trio_gateway.providers.replicas import Replica, ReplicaSet, replica_config, replica_label
@@ -31,8 +31,30 @@ RETIRE_POLL_S = 0.5
 
 Provider = Upstream | ReplicaSet
 Gate = LocalGate | SharedGate
-# A gate for the key ("vllm", "vllm@10.0.0.1:8000") of this many slots.
-MakeGate = Callable[[str, int], Gate]
+
+
+@attrs.frozen
+class Gates:
+    """How this process makes a provider's gate: leases shared by every gateway on one Redis
+    (``broker``); else its own slots, which with ``[server] workers`` are its share."""
+
+    broker: LeaseBroker | None = None
+    workers: int = 1
+
+    def slots(self, max_inflight: int) -> int:
+        """This process's slots of a provider's ``max_inflight`` (all of them when leased:
+        the leases keep the limit for every process together)."""
+        if self.broker is not None:
+            return max_inflight
+        # Split evenly, at least one each (so N workers may together run N when
+        # max_inflight < N).
+        return max(1, max_inflight // self.workers)
+
+    def make(self, key: str, max_inflight: int) -> Gate:
+        """The gate of ``key`` ("vllm", "vllm@10.0.0.1:8000")."""
+        if self.broker is not None:
+            return self.broker.gate(key, max_inflight)
+        return LocalGate(self.slots(max_inflight))
 
 
 @attrs.define(eq=False)
@@ -54,7 +76,7 @@ class Running:
             assert self.health is not None
             yield self.provider.name, self.provider, self.health
 
-    def resize(self, config: ProviderConfig) -> None:
+    def resize(self, config: ProviderConfig, gates: Gates) -> None:
         """Take a new weight, max_inflight or queue_timeout_s (reload.Change.RESIZED): the gate
         keeps the requests it holds, and a smaller one admits again once enough have ended."""
         provider = self.provider
@@ -63,10 +85,10 @@ class Running:
             for replica in provider.replicas:
                 own = replica_config(config, replica.upstream.config.endpoint)
                 replica.upstream.config = own
-                replica.upstream.gate.resize(own.max_inflight)
+                replica.upstream.gate.resize(gates.slots(own.max_inflight))
         else:
             provider.config = config
-            provider.gate.resize(config.max_inflight)
+            provider.gate.resize(gates.slots(config.max_inflight))
 
     def idle(self) -> bool:
         """No attempt runs on it, and none waits at a gate of its own. A leased gate is the
@@ -84,7 +106,7 @@ class Running:
 
 
 async def open_provider(
-    config: ProviderConfig, api_keys: Mapping[str, Secret], make_gate: MakeGate
+    config: ProviderConfig, api_keys: Mapping[str, Secret], gates: Gates
 ) -> Running:
     """Its connection pools, gates and health; nothing is dialled yet."""
     stack = AsyncExitStack()
@@ -100,7 +122,7 @@ async def open_provider(
                     own,
                     credential_source(own, api_keys, client),
                     client,
-                    gate=make_gate(f"{config.name}@{label}", own.max_inflight),
+                    gate=gates.make(f"{config.name}@{label}", own.max_inflight),
                 )
                 replicas.append(Replica(label, upstream, ProviderHealth(own, now=now)))
             return Running(ReplicaSet(config, replicas), None, stack)
@@ -109,7 +131,7 @@ async def open_provider(
             config,
             credential_source(config, api_keys, client),
             client,
-            gate=make_gate(config.name, config.max_inflight),
+            gate=gates.make(config.name, config.max_inflight),
         )
         return Running(upstream, ProviderHealth(config, now=now), stack)
     except BaseException:

@@ -21,7 +21,7 @@ from trio_gateway.app import GatewayApp
 from trio_gateway.auth import KeyRing, KeysFileError, load_keys
 from trio_gateway.config import ConfigError, GatewayConfig
 from trio_gateway.health import ProviderHealth
-from trio_gateway.live import MakeGate, Running, open_provider, retire, serve_services
+from trio_gateway.live import Gates, Running, open_provider, retire, serve_services
 from trio_gateway.pipeline import Provider, Router
 from trio_gateway.reload import fixed_changes, plan_reload
 
@@ -39,7 +39,7 @@ class Reloader:
         running: dict[str, Running],
         router: Router,
         app: GatewayApp,
-        make_gate: MakeGate,
+        gates: Gates,
         nursery: trio.Nursery,
         load: LoadConfig | None,
     ) -> None:
@@ -47,7 +47,7 @@ class Reloader:
         self.running = running
         self._router = router
         self._app = app
-        self._make_gate = make_gate
+        self._gates = gates
         self._nursery = nursery
         self._load = load
         # One reload at a time: a second SIGHUP during one waits for it, then reads the file.
@@ -82,9 +82,7 @@ class Reloader:
         built: dict[str, Running] = {}
         try:
             for name in plan.added + plan.replaced:
-                built[name] = await open_provider(
-                    new.providers()[name], new.api_keys, self._make_gate
-                )
+                built[name] = await open_provider(new.providers()[name], new.api_keys, self._gates)
         except Exception as exc:  # a credential file gone since the check, say
             for one in built.values():
                 await one.aclose()
@@ -92,7 +90,7 @@ class Reloader:
         # The switch: no checkpoint from here to the end of the block.
         retired = [self.running[n] for n in plan.replaced + plan.removed]
         for name in plan.resized:
-            self.running[name].resize(new.providers()[name])
+            self.running[name].resize(new.providers()[name], self._gates)
         running = {name: built.get(name) or self.running[name] for name in new.providers()}
         self._router.apply(new.aliases, _providers(running), _healths(running))
         self._app.config = new

@@ -20,10 +20,10 @@ from hypercorn.utils import wrap_app
 from trio_gateway.accounting import open_limits
 from trio_gateway.app import GatewayApp
 from trio_gateway.config import GatewayConfig, parse_hostport
-from trio_gateway.gate import LeaseBroker, LocalGate
+from trio_gateway.gate import LeaseBroker
 from trio_gateway.ledger import QueuedSink, open_usage_sink
 from trio_gateway.listen import Connections, serve_asgi
-from trio_gateway.live import MakeGate, Running, open_provider, serve_services
+from trio_gateway.live import Gates, Running, open_provider, serve_services
 from trio_gateway.metrics import LeaseCollector, ToolCallStopCollector
 from trio_gateway.pipeline import Provider, Router
 from trio_gateway.providers.replicas import ReplicaSet
@@ -190,12 +190,12 @@ async def _serve_gateway(
                 parse_redis_url(config.redis.url).display(),
                 config.redis.lease_ttl_s,
             )
-        make_gate = _gate_factory(broker, config.server.workers)
+        gates = Gates(broker, config.server.workers)
         running: dict[str, Running] = {}
         # Whatever runs at the end (a reload swaps providers) closes its connections.
         stack.push_async_callback(_close_all, running)
         for name, provider in config.providers().items():
-            running[name] = await open_provider(provider, config.api_keys, make_gate)
+            running[name] = await open_provider(provider, config.api_keys, gates)
         router = Router(
             config.aliases,
             {name: r.provider for name, r in running.items()},
@@ -224,7 +224,7 @@ async def _serve_gateway(
             one.services = await nursery.start(serve_services, one)
         connections = Connections()
         app = GatewayApp(config, router, connections)
-        reloader = Reloader(config, running, router, app, make_gate, nursery, load)
+        reloader = Reloader(config, running, router, app, gates, nursery, load)
         drain_s = config.server.drain_timeout_s
         # hypercorn's own deadline comes after ours, so answers end with an error event and a
         # clean end of stream rather than a cut connection.
@@ -318,20 +318,6 @@ def _lease_broker(config: GatewayConfig, redis: RedisClient | None) -> LeaseBrok
         timeout_s=config.redis.timeout_s,
         on_error=config.redis.on_lease_error,
     )
-
-
-def _gate_factory(broker: LeaseBroker | None, workers: int) -> MakeGate:
-    """Leases shared by every gateway on one Redis; else this process's own slots, which
-    (with ``[server] workers``) are its share of ``max_inflight``."""
-    if broker is not None:
-        return broker.gate
-    return lambda _key, max_inflight: LocalGate(worker_share(max_inflight, workers))
-
-
-def worker_share(max_inflight: int, workers: int) -> int:
-    """One worker's slots when workers share no Redis: the limit split evenly, at least one
-    each (so N workers may together run up to N when max_inflight < N)."""
-    return max(1, max_inflight // workers)
 
 
 async def _close_all(running: dict[str, Running]) -> None:

@@ -11,7 +11,7 @@ while it keeps failing.
 
 Each worker keeps its own gates. With ``[redis]`` (``leases = true``) they share every
 provider's ``max_inflight`` through leases (gate.py); without, each takes
-``max_inflight // workers`` of it (server.worker_share), so the host never exceeds it.
+``max_inflight // workers`` of it (live.Gates), so the host never exceeds it.
 Metrics are per worker: a scrape of ``/metrics`` reaches one of them.
 """
 

@@ -133,14 +133,23 @@ def test_workers_share_one_port_reload_on_sighup_and_drain_on_sigterm(tmp_path: 
 
 
 def test_without_redis_each_worker_takes_its_share_of_max_inflight(tmp_path: Path) -> None:
-    """max_inflight 8 over 2 workers: 4 each, so 24 streams at once never run more than 8."""
-    with supervisor(tmp_path, max_inflight=8) as (_, port, sim_port, _):
-        with ThreadPoolExecutor(24) as pool:
-            statuses = list(pool.map(lambda _: chat(port, tokens=40), range(24)))
-        assert statuses == [200] * 24
-        stats = httpx.get(f"http://127.0.0.1:{sim_port}/sim/stats").json()
-        assert stats["requests"] == 24
-        assert 4 <= stats["max_running_seen"] <= 8, stats
+    """max_inflight 8 over 2 workers: 4 each, so 24 streams at once never run more than 8;
+    reloaded to 4, still split: 2 each."""
+    with supervisor(tmp_path, max_inflight=8) as (proc, port, sim_port, log):
+        sim = f"http://127.0.0.1:{sim_port}/sim"
+        for limit in (8, 4):
+            with ThreadPoolExecutor(24) as pool:
+                statuses = list(pool.map(lambda _: chat(port, tokens=40), range(24)))
+            assert statuses == [200] * 24
+            stats = httpx.get(sim + "/stats").json()
+            assert stats["requests"] == 24
+            assert limit // 2 <= stats["max_running_seen"] <= limit, (limit, stats)
+            if limit == 8:
+                httpx.post(sim + "/reset")
+                path = tmp_path / "gateway.toml"
+                path.write_text(path.read_text().replace("max_inflight = 8", "max_inflight = 4"))
+                proc.send_signal(signal.SIGHUP)
+                assert wait_for(lambda: log.read_text().count("1 resized") == 2, 20)
 
 
 def test_a_worker_that_dies_is_started_again(tmp_path: Path) -> None:
