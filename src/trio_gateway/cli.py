@@ -20,6 +20,7 @@ from trio_gateway.cli_reload import reload_main
 from trio_gateway.cli_usage import usage_main
 from trio_gateway.config import DEFAULT_CONFIG_NAME, ConfigError, GatewayConfig, load_config
 from trio_gateway.reloader import LoadConfig
+from trio_gateway.sd_notify import notify, reloading
 from trio_gateway.server import GatewayHandle, serve_gateway
 from trio_gateway.sim import sim_main
 from trio_gateway.workers import serve_workers
@@ -118,16 +119,26 @@ async def _serve_until_signalled(
                 nursery.cancel_scope.cancel()
 
             handle: GatewayHandle = await nursery.start(serve)
+            # A worker's supervisor speaks for it to systemd (its environment has no socket).
+            notify(f"READY=1\nSTATUS=serving on {handle.base_url}")
+
+            async def reload() -> None:
+                notify(reloading())
+                applied = await handle.reload()
+                result = "applied" if applied else "rejected, nothing changed"
+                notify(f"READY=1\nSTATUS=serving on {handle.base_url}; last reload {result}")
+
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     log.info("SIGHUP: reloading %s", config.source)
-                    nursery.start_soon(handle.reload)
+                    nursery.start_soon(reload)
                 elif not first_signal.is_set():
                     log.info(
                         "%s: draining for up to %g s",
                         signal.Signals(signum).name,
                         config.server.drain_timeout_s,
                     )
+                    notify("STOPPING=1\nSTATUS=draining")
                     first_signal.set()
                 else:
                     nursery.cancel_scope.cancel(reason="second signal")

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Sequence
 import trio
 
 from trio_gateway.config import GatewayConfig
+from trio_gateway.sd_notify import notify
 from trio_gateway.server import (
     hypercorn_config,
     listening_on,
@@ -90,6 +91,9 @@ class Supervisor:
                     for index in range(workers):
                         workers_nursery.start_soon(self._keep_running, index, listener)
                     nursery.start_soon(self._forward, signals)
+                    # The socket listens already: connections wait in its backlog until a
+                    # worker accepts them (a second or so).
+                    notify(f"READY=1\nSTATUS={workers} workers on {_address(listener)}")
                 # Every worker has exited: stop the simulators and the signal forwarding.
                 os.close(lifeline_write)
                 nursery.cancel_scope.cancel()
@@ -102,6 +106,8 @@ class Supervisor:
             process = await trio.lowlevel.open_process(
                 worker_command(self._argv, fd, self._lifeline),
                 pass_fds=(fd, self._lifeline),
+                # systemd hears from the supervisor only (NotifyAccess=main).
+                env={k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"},
                 # Its own process group: a Ctrl-C reaches the supervisor alone, which passes
                 # it on once (twice would stop the workers without a drain).
                 start_new_session=True,
@@ -133,6 +139,7 @@ class Supervisor:
             name = signal.Signals(signum).name
             if signum != signal.SIGHUP:
                 self.stopping = True
+                notify("STOPPING=1\nSTATUS=draining")
             log.info("supervisor: %s: passing it on to %d workers", name, len(self._processes))
             for process in list(self._processes.values()):
                 if process.returncode is None:

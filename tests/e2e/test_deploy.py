@@ -10,8 +10,8 @@
   trace context and session ids pass.
 - The Grafana dashboard and the alert rules are valid PromQL and name only metrics that a
   running gateway exports.
-- The systemd unit and the Containerfile fit what the gateway does (SIGHUP reloads, no
-  sd_notify; its port, user and config path).
+- The systemd unit and the Containerfile fit what the gateway does (SIGHUP reloads, sd_notify;
+  its port, user and config path).
 """
 
 from __future__ import annotations
@@ -353,9 +353,11 @@ def test_the_systemd_unit_fits_what_the_gateway_handles(tmp_path: Path) -> None:
         "--pid",
         "$MAINPID",
     ]
-    # Type=notify would wait forever for a READY=1 the gateway never sends.
-    if "NOTIFY_SOCKET" not in sources and "sd_notify" not in sources:
+    # Type=notify would wait forever for a READY=1 a gateway that does not notify never sends.
+    if "NOTIFY_SOCKET" not in sources:
         assert settings["Type"] != ["notify"]
+    else:
+        assert settings["Type"] == ["notify"] and settings["NotifyAccess"] == ["main"]
     assert settings["KillSignal"] == ["SIGTERM"]
     (exec_start,) = settings["ExecStart"]
     assert exec_start.split()[1:3] == ["serve", "--config"]

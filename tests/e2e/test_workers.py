@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -204,3 +206,76 @@ def test_trio_gateway_reload_without_a_running_gateway_says_so(tmp_path: Path) -
     )
     assert result.returncode == 1
     assert "runs on this host; give --pid PID" in result.stderr
+
+
+@contextmanager
+def notify_socket(tmp_path: Path) -> Iterator[socket.socket]:
+    """systemd's end of sd_notify: a datagram socket that also tells each sender's pid."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "notify"))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    sock.settimeout(20)
+    try:
+        yield sock
+    finally:
+        sock.close()
+
+
+def receive(sock: socket.socket) -> tuple[int, dict[str, str]]:
+    """One message: the sender's pid, and its KEY=VALUE lines."""
+    data, ancillary, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(12))
+    pid = -1
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            pid = struct.unpack("3i", payload[:12])[0]
+    fields = dict(line.split("=", 1) for line in data.decode().splitlines())
+    return pid, fields
+
+
+def test_systemd_hears_ready_reloading_and_stopping_from_the_main_process(
+    tmp_path: Path,
+) -> None:
+    for workers in (1, 2):
+        port, sim_port = free_port(), free_port()
+        path = tmp_path / f"gateway-{workers}.toml"
+        path.write_text(config_text(port, sim_port, workers=workers, max_inflight=8))
+        with notify_socket(_fresh(tmp_path / f"w{workers}")) as sock:
+            env = {**os.environ, "NOTIFY_SOCKET": sock.getsockname()}
+            proc = subprocess.Popen(
+                [*CLI, "serve", "--config", str(path)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+            try:
+                pid, ready = receive(sock)
+                assert (pid, ready["READY"]) == (proc.pid, "1"), ready
+                wait_ready(port, proc)  # type: ignore[arg-type]
+                if workers == 1:
+                    proc.send_signal(signal.SIGHUP)
+                    pid, message = receive(sock)
+                    assert (pid, message["RELOADING"]) == (proc.pid, "1")
+                    assert int(message["MONOTONIC_USEC"]) > 0
+                    pid, message = receive(sock)
+                    assert (pid, message["READY"]) == (proc.pid, "1")
+                    assert message["STATUS"].endswith("last reload applied")
+                proc.send_signal(signal.SIGTERM)
+                pid, message = receive(sock)
+                assert (pid, message["STOPPING"]) == (proc.pid, "1")
+                assert proc.wait(STOP_TIMEOUT_S) == 0
+                # Workers say nothing to systemd: their supervisor is the unit's main process.
+                sock.settimeout(0.5)
+                try:
+                    extra = receive(sock)
+                except TimeoutError:
+                    extra = None
+                assert extra is None, extra
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+def _fresh(path: Path) -> Path:
+    path.mkdir()
+    return path
