@@ -119,7 +119,7 @@ async def test_a_burst_on_three_gateways_never_runs_more_than_max_inflight(
         answers: list[str] = []
 
         async def one(base: str) -> None:
-            answers.append(await stream(base, tokens=30))
+            answers.append(await stream(base, tokens=80))
 
         async with trio.open_nursery() as nursery:
             for _ in range(8):
