@@ -99,7 +99,9 @@ class Router:
         self.limits: Limits = local_limits()
         self.drain = Drain()
         self._rng = rng or random.Random()
-        self._queued = dict.fromkeys(aliases, 0)
+        # Requests waiting in each alias's queue; an alias with none has no entry (so one a
+        # reload removed leaves nothing behind once its last waiter is gone).
+        self._queued: dict[str, int] = {}
         self._service_time_s = dict.fromkeys(upstreams, INITIAL_SERVICE_TIME_S)
 
     def apply(
@@ -109,16 +111,13 @@ class Router:
         health: Mapping[str, ProviderHealth],
     ) -> None:
         """A reload's new aliases and providers, all at once (no checkpoint in here): a request
-        planned before keeps the providers its plan holds, and the queue counts and service
-        times of what stays carry over."""
+        planned before keeps the providers its plan holds; the alias queues' counts (by name,
+        a removed alias's until its last waiter leaves) and the service times of what stays
+        carry over."""
         self.aliases = aliases
         self.upstreams = upstreams
         self.health = _health_of(upstreams, health)
         self.recent = self.recent.keeping(upstreams)
-        # An alias that is gone keeps its count while requests still wait in its queue.
-        self._queued = {a: self._queued.get(a, 0) for a in aliases} | {
-            a: n for a, n in self._queued.items() if n
-        }
         self._service_time_s = {
             name: self._service_time_s.get(name, INITIAL_SERVICE_TIME_S) for name in upstreams
         }
@@ -205,19 +204,20 @@ class Router:
             if await member.upstream.gate.try_acquire(borrower):
                 return provider, member
         first = candidates[0]
-        if self._queued.get(plan.alias, 0) >= config.max_queued:
+        waiting = self._queued.get(plan.alias, 0)
+        if waiting >= config.max_queued:
             self.metrics.refusals.labels(plan.alias, "queue_full").inc()
             raise Overloaded(
                 f"alias {plan.alias!r}: queue full ({config.max_queued} waiting)",
-                retry_after_s=self._retry_after_s(first, self._queued.get(plan.alias, 0)),
+                retry_after_s=self._retry_after_s(first, waiting),
             )
-        self._queued[plan.alias] = self._queued.get(plan.alias, 0) + 1
+        self._queued[plan.alias] = waiting + 1
         try:
             won = await _first_slot(everyone, borrower, config.max_queue_wait_s)
         finally:
-            self._queued[plan.alias] -= 1
-            if not self._queued[plan.alias] and plan.alias not in self.aliases:
-                del self._queued[plan.alias]
+            left = self._queued.pop(plan.alias) - 1
+            if left:
+                self._queued[plan.alias] = left
         if won is not None:
             return won
         self.metrics.refusals.labels(plan.alias, "queue_timeout").inc()

@@ -90,11 +90,68 @@ async def test_a_queued_request_of_a_removed_alias_keeps_its_count_until_it_leav
         await trio.testing.wait_all_tasks_blocked()
         assert router._queued == {"a": 1}
         router.apply({"b": alias_of("p1", queue=True)}, {"p1": p1}, {})
-        # The removed alias keeps its one waiter's count; the new alias starts at zero.
-        assert router._queued == {"b": 0, "a": 1}
+        # The removed alias keeps its one waiter's count.
+        assert router._queued == {"a": 1}
     # Refused after its wait (10 s): the count goes, and the removed alias with it.
-    assert router._queued == {"b": 0}
+    assert router._queued == {}
     local(p1.gate).release_nowait(holder)
+
+
+async def test_queue_counts_come_and_go_with_their_waiters(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Two waiters of one alias (max_queued 2): counted 1, 2; a third is refused at once with
+    a Retry-After for the two ahead; both leave, and nothing is left behind."""
+    p1 = shell(answer, name="p1", max_inflight=1)
+    alias = AliasConfig(
+        providers=(p1.config,), on_saturated="queue", max_queue_wait_s=10.0, max_queued=2
+    )
+    router = Router({"a": alias}, {"p1": p1})
+    holder = object()
+    assert p1.gate.try_acquire_nowait(holder)
+    refused: list[Overloaded] = []
+    async with trio.open_nursery() as nursery:
+
+        async def waiting() -> None:
+            with pytest.raises(Overloaded) as caught:
+                await router.run(chat(), router.plan(chat()), ignore)
+            refused.append(caught.value)
+
+        for expected in (1, 2):
+            nursery.start_soon(waiting)
+            await trio.testing.wait_all_tasks_blocked()
+            assert router._queued == {"a": expected}
+        with pytest.raises(Overloaded) as full:
+            await router.run(chat(), router.plan(chat()), ignore)
+        assert full.value.message == "alias 'a': queue full (2 waiting)"
+        # (2 ahead + 1) x the initial 2 s per request over 1 slot.
+        assert full.value.retry_after_s == 3 * INITIAL_SERVICE_TIME_S
+    assert [e.message for e in refused] == ["alias 'a': no slot within 10 s"] * 2
+    # The last one out of the queue saw none left behind it.
+    assert refused[-1].retry_after_s == INITIAL_SERVICE_TIME_S
+    assert router._queued == {}
+    local(p1.gate).release_nowait(holder)
+
+
+async def test_attempts_running_on_an_upstream_are_counted() -> None:
+    """What tells a provider retired by a reload that its last stream has ended (live.py)."""
+    p1 = shell(answer, name="p1")
+    proceed = trio.Event()
+    during: list[int] = []
+
+    async def slow(event: object) -> None:
+        during.append(p1.active)
+        await proceed.wait()
+
+    router = Router({"a": alias_of("p1")}, {"p1": p1})
+    async with trio.open_nursery() as nursery:
+        for _ in range(2):
+            nursery.start_soon(router.run, chat(), router.plan(chat()), slow)
+        await trio.testing.wait_all_tasks_blocked()
+        assert p1.active == 2
+        proceed.set()
+    assert p1.active == 0
+    assert during[0] in (1, 2)
 
 
 async def test_a_request_planned_before_a_swap_runs_on_its_plan() -> None:
