@@ -110,3 +110,28 @@ def test_the_rate_is_always_a_ratio(steps: list[tuple[int, int]]) -> None:
         rate.update(reading(queries, min(hits, queries)))
         assert rate.queries >= 0 and rate.hits >= 0
         assert rate.ratio is None or 0.0 <= rate.ratio <= 1.0
+
+
+def test_unchanged_counters_are_no_restart() -> None:
+    """Equal is not "went back": a quiet replica (or only its hits unchanged) adds nothing."""
+    rate = PrefixCacheRate()
+    rate.update(reading(1000, 900))
+    rate.update(reading(1000, 900))
+    assert (rate.queries, rate.hits) == (0, 0)
+    rate.update(reading(1100, 900))  # misses only
+    assert (rate.queries, rate.hits) == (100, 0)
+
+
+def test_label_values_with_spaces_and_braces_and_a_bad_line_first() -> None:
+    """Label values are the operator's (a model name with a space or a brace), and a series
+    may have no labels; a line the parser cannot read is skipped, and the lines after it
+    still count."""
+    text = (
+        'vllm:num_requests_running{engine="0",model_name="qwen 3 {32b}"} garbage\n'
+        'vllm:num_requests_waiting{engine="0",model_name="x"} -1\n'
+        'vllm:num_requests_running{engine="0",model_name="qwen 3 {32b}"} 4.0\n'
+        'vllm:num_requests_waiting{engine="0",model_name="qwen 3 {32b}"} 2.0\n'
+        # No labels at all: valid exposition too.
+        "vllm:kv_cache_usage_perc 0.5\n"
+    )
+    assert parse_vllm_metrics(text) == ReplicaSignals(running=4, waiting=2, kv_cache_usage=0.5)
