@@ -86,6 +86,30 @@ def test_repo_default_config_is_valid() -> None:
             ('listen = "127.0.0.1:8080"', 'listen = "127.0.0.1:8080"\nport = 1'),
             "server: unknown key 'port'",
         ),
+        (
+            ('listen = "127.0.0.1:8080"', 'listen = "127.0.0.1:8080"\nworkers = 0'),
+            "server.workers: must be from 1 to 64",
+        ),
+        (
+            ('listen = "127.0.0.1:8080"', 'listen = "127.0.0.1:8080"\nworkers = 65'),
+            "server.workers: must be from 1 to 64",
+        ),
+        (
+            ('listen = "127.0.0.1:8080"', 'listen = "127.0.0.1:8080"\nworkers = "2"'),
+            "server.workers: expected an integer, got '2'",
+        ),
+        (
+            ("[server]", '[redis]\nurl = "redis://h"\nlease_ttl_s = 0.5\n[server]'),
+            "redis.lease_ttl_s: must be at least 3 x redis.timeout_s (0.75)",
+        ),
+        (
+            ("[server]", '[redis]\nurl = "redis://h"\non_lease_error = "wait"\n[server]'),
+            "on_lease_error",
+        ),
+        (
+            ("[server]", '[redis]\nurl = "redis://h"\nleases = "yes"\n[server]'),
+            "redis.leases: expected",
+        ),
     ],
 )
 def test_each_mistake_is_named_with_its_path(change: tuple[str, str], expected: str) -> None:
