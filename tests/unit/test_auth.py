@@ -21,7 +21,8 @@ from trio_gateway.auth import (
     new_key,
     parse_keys,
 )
-from trio_gateway.config import ConfigError, is_loopback, parse_config
+from trio_gateway.config import ConfigError, parse_config
+from trio_gateway.config_checks import is_loopback
 from trio_gateway.errors import Forbidden, InvalidRequest, Unauthorized
 from trio_gateway.fronts.auth import authorize, websocket_handshake
 from trio_gateway.request import validate_chat_body
