@@ -178,6 +178,9 @@ def test_an_in_band_error_is_classified_with_its_message() -> None:
         ChunkParser("p").feed_data(data({"object": "error", "message": "bad", "code": 400}))
     assert bad.value.message == "bad"
     assert bad.value.provider == "p"
+    with pytest.raises(UpstreamServerError) as text:
+        ChunkParser("p").feed_data(data({"error": "out of blocks"}))
+    assert text.value.message == "p failed mid-stream: out of blocks"
 
 
 def test_usage_so_far() -> None:

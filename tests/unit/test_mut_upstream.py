@@ -8,6 +8,7 @@ answer, or the exact messages of the shell's own errors. These drive each one in
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -16,10 +17,12 @@ import pytest
 import trio
 
 from tests.h1_mock import handler_connect
+from tests.unit.test_mut_h1_client import HEAD, Scripted, chunk
 from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.events import Event, ResponseDone, ResponseStarted, TextDelta, Usage
 from trio_gateway.providers import upstream as upstream_module
+from trio_gateway.providers.h1_client import Origin
 from trio_gateway.providers.upstream import Upstream
 from trio_gateway.request import ChatRequest
 from trio_gateway.usage import UsageMeter
@@ -388,4 +391,90 @@ async def test_after_done_the_rest_of_the_body_is_not_emitted() -> None:
 
     events = await collect(shell(handler))
     assert TextDelta("late") not in events
+    assert events[-1] == ResponseDone("stop")
+
+
+async def test_an_event_cut_by_the_end_of_the_stream_over_the_bound_is_a_protocol_error() -> None:
+    # Each line is under the line bound; together, the last event (never ended by a blank
+    # line) is over the event bound: found when the body ends, and named like any other.
+    line = b"data: " + b"x" * (600 * 1024)
+    body = line + b"\n" + line
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    with pytest.raises(UpstreamProtocolError) as caught:
+        await collect(shell(handler))
+    assert caught.value.message == "p1: an SSE event exceeded 1048576 bytes"
+    assert caught.value.provider == "p1"
+
+
+def tool_call(index: int, name: str) -> dict[str, Any]:
+    call = {"index": index, "id": f"c{index}", "type": "function"}
+    call["function"] = {"name": name, "arguments": "{}"}
+    return {"choices": [{"delta": {"tool_calls": [call]}, "finish_reason": None}]}
+
+
+async def test_each_answer_ended_at_its_first_tool_call_is_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    body = sse(
+        tool_call(0, "f"),
+        tool_call(1, "g"),
+        {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+    )
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    async def ignore(event: Event) -> None:
+        pass
+
+    upstream = shell(handler)
+    request = chat()
+    request = ChatRequest(
+        alias=request.alias,
+        body={**request.body, "parallel_tool_calls": False},
+        stream=True,
+        include_usage=True,
+        reasoning=False,
+        required=frozenset(),
+    )
+    caplog.set_level(logging.DEBUG, logger="trio_gateway")
+    for _ in range(2):
+        await upstream.stream_chat(request, ignore)
+    assert upstream.tool_call_early_stops == 2
+    message = "p1: answer ended at its first tool call (parallel_tool_calls: false)"
+    assert caplog.messages.count(message) == 2
+
+
+async def test_every_body_piece_of_a_read_is_decoded_and_a_framing_only_read_is_not_the_end() -> (
+    None
+):
+    # Read by read: two chunks in one read (two body pieces), then a read holding only the
+    # next chunk's size line (no body bytes, the body not ended), then the rest.
+    first = sse({"choices": [{"delta": {"content": "a"}, "finish_reason": None}]})
+    second = sse({"choices": [{"delta": {"content": "b"}, "finish_reason": None}]})
+    last = sse({"choices": [{"delta": {"content": "c"}, "finish_reason": "stop"}]}, "[DONE]")
+    reads: list[bytes | None] = [
+        HEAD,
+        chunk(first) + chunk(second),
+        b"%x\r\n" % len(last),
+        last + b"\r\n0\r\n\r\n",
+    ]
+
+    async def connect(origin: Origin) -> trio.abc.Stream:
+        await trio.lowlevel.checkpoint()
+        return Scripted(reads)
+
+    client = httpx.AsyncClient()
+    upstream = Upstream(provider(), None, client, connect=connect)
+    events: list[Event] = []
+
+    async def emit(event: Event) -> None:
+        events.append(event)
+
+    await upstream.stream_chat(chat(), emit)
+    await client.aclose()
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["a", "b", "c"]
     assert events[-1] == ResponseDone("stop")

@@ -18,6 +18,7 @@ from trio_gateway.providers.replicas import (
     replica_label,
 )
 from trio_gateway.providers.vllm_signals import ReplicaSignals
+from trio_gateway.replica_policy import Affinity
 
 
 async def unused(request: httpx.Request) -> httpx.Response:
@@ -176,3 +177,29 @@ async def test_a_scraped_load_counts_only_other_clients_on_top_of_the_gateway_s_
     assert views["r1:8000"].upstream_load == 5
     # So the idle replica is first, not starved by its own past.
     assert replicas.candidates(chat(), trio.current_time())[0] is first
+
+
+def test_a_replica_s_view_carries_its_scraped_signals() -> None:
+    replicas = fleet("least_loaded", n=1, max_inflight=4)
+    [only] = replicas.replicas
+    only.upstream.signals = ReplicaSignals(waiting=2, kv_cache_usage=0.5, load=3, load_own=0)
+    view = only.view(0.0)
+    assert (view.waiting, view.kv_cache_usage, view.upstream_load) == (2, 0.5, 3)
+    assert (view.in_flight, view.capacity) == (0, 4)
+
+
+def test_the_group_snapshot_carries_the_summed_load() -> None:
+    group = health(State.HEALTHY, State.HEALTHY)
+    group._members[0].upstream_load = 3
+    group._members[1].upstream_load = 4
+    snapshot = group.snapshot(0.0)
+    assert (snapshot.state, snapshot.upstream_load) == (State.HEALTHY, 7)
+
+
+def test_affinity_takes_the_configured_epsilon() -> None:
+    import attrs
+
+    replicas = fleet("affinity", n=2)
+    config = attrs.evolve(replicas.config, affinity_epsilon=0.75)
+    policy = ReplicaSet(config, replicas.replicas).policy
+    assert isinstance(policy, Affinity) and policy.epsilon == 0.75

@@ -1,16 +1,39 @@
-"""A pytest plugin for `make mutation` only: run the quick tests first.
+"""A pytest plugin for `make mutation` only: quick tests first, and hung tests cut short.
 
 mutmut hands pytest the tests that cover a mutant in no particular order and stops at the first
 failure (``-x``), so a mutant that a unit test kills should not wait for an end-to-end test to
 start a simulator and a gateway first. Loaded with ``-p tools.mutation.fast_first``.
+
+A mutant that makes a stream hang (a read loop that never ends, a deadline that never fires)
+would otherwise wait for mutmut's own limit, which is (the clean time of *every* test reaching
+the mutated function + 1 s) x ``timeout_multiplier``: minutes for ``Upstream`` or ``h1_client``,
+whose functions every end-to-end test reaches, and most of a run's tail. Here each test of a
+mutant gets its own limit from its own clean time instead (``HANG_FACTOR`` x + ``HANG_SLACK_S``);
+past it the process sends itself SIGXCPU, exactly what mutmut's limit does, so mutmut counts the
+mutant as a timeout (as before, only sooner). Clean and statistics runs get no limit.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Generator
+from pathlib import Path
 
 import pytest
 
 # The slowest end-to-end files (seconds of servers and real sockets each) go last.
 _SLOW_LAST = ("test_admission.py", "test_failover.py", "test_cancellation.py")
+
+# A test that takes this many times its clean duration, plus the slack, is hung. Generous: two
+# mutants run at once on 2 cores, and a loaded machine stretches a test two- to threefold.
+HANG_FACTOR = 4.0
+HANG_SLACK_S = 10.0
+# mutmut writes the clean durations here (relative to the repository; tests run in mutants/).
+_STATS = ("mutmut-stats.json", "mutants/mutmut-stats.json")
+_DURATIONS = pytest.StashKey[dict[str, float]]()
 
 
 def _cost(item: pytest.Item) -> tuple[int, int]:
@@ -22,3 +45,40 @@ def _cost(item: pytest.Item) -> tuple[int, int]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_cost)  # stable: the order within each group stays pytest's
+
+
+def _under_mutation() -> bool:
+    return "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "")
+
+
+def _clean_durations() -> dict[str, float]:
+    for name in _STATS:
+        path = Path(name)
+        if path.exists():
+            durations = json.loads(path.read_text()).get("duration_by_test", {})
+            return {str(k): float(v) for k, v in durations.items()}
+    return {}
+
+
+def hang_limit_s(clean_s: float) -> float:
+    return clean_s * HANG_FACTOR + HANG_SLACK_S
+
+
+def _hung() -> None:
+    os.kill(os.getpid(), signal.SIGXCPU)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    if not _under_mutation():
+        yield
+        return
+    durations = item.config.stash.setdefault(_DURATIONS, _clean_durations())
+    # A timer thread, not SIGALRM: the test may be blocked anywhere, trio's epoll included.
+    timer = threading.Timer(hang_limit_s(durations.get(item.nodeid, 0.0)), _hung)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

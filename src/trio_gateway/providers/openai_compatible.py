@@ -130,7 +130,8 @@ class ChunkParser:
                 f"{self._provider} sent a chunk that is not an object", provider=self._provider
             )
         if "error" in chunk or chunk.get("object") == "error":
-            raise classify_inband(self._provider, chunk.get("error", chunk))
+            # Either shape, {"error": {...}} or an error object itself: the classifier unwraps.
+            raise classify_inband(self._provider, chunk)
         events: list[Event] = []
         if not self._started:
             self._started = True
@@ -258,7 +259,8 @@ def parse_completion(provider: str, body: bytes) -> list[Event]:
     )
     usage = completion.get("usage")
     if isinstance(usage, dict):
-        events += parser.feed_data(json.dumps({"choices": [], "usage": usage}).encode())
+        # The closing chunk of a stream: usage, no choices.
+        events += parser.feed_data(json.dumps({"usage": usage}).encode())
     return events + parser.feed_data(b"[DONE]")
 
 
