@@ -19,8 +19,16 @@ from functools import partial
 import pytest
 import trio
 
-from trio_gateway.errors import UpstreamProtocolError
-from trio_gateway.providers.h1_client import H1Pool, H1Response, Origin, _readable, _socket_of
+from trio_gateway.errors import UpstreamProtocolError, UpstreamUnreachable
+from trio_gateway.providers.h1_client import (
+    H1Pool,
+    H1Response,
+    Origin,
+    _readable,
+    _socket_of,
+    encode_request,
+    split_url,
+)
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 URL = "http://upstream.test/v1/chat/completions"
@@ -173,6 +181,8 @@ async def test_a_body_that_ends_with_bytes_after_it_is_not_reused() -> None:
     # Bytes past the body's end belong to no request: the connection cannot be trusted.
     pool, opened = scripted_pool([HEAD + b"0\r\n\r\nHTTP/1.1 200 OK\r\n"])
     response = await post(pool)
+    assert await response.read_limited(10) == b""
+    assert response.ended
     await response.aclose()
     assert opened[0].closed and pool.idle_count() == 0
 
@@ -205,6 +215,7 @@ async def test_a_reset_before_any_answer_names_the_socket_error() -> None:
             await client.post(url, {}, b"{}")
     # The socket's own error, not trio's wrapper of it ("socket connection broken: ...").
     assert caught.value.message == "up: connection lost ([Errno 104] Connection reset by peer)"
+    assert caught.value.provider == "up"
 
 
 async def test_a_connection_closed_under_a_read_is_named_by_its_exception() -> None:
@@ -215,6 +226,28 @@ async def test_a_connection_closed_under_a_read_is_named_by_its_exception() -> N
     with pytest.raises(UpstreamProtocolError) as caught:
         await response.receive()
     assert caught.value.message == "up: connection lost (ClosedResourceError)"
+    assert caught.value.provider == "up"
+
+
+async def test_a_body_framed_by_the_connection_s_end_ends_there() -> None:
+    pool, opened = scripted_pool(
+        [b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n", b"hel", b"lo", b"", None]
+    )
+    response = await post(pool)
+    assert await response.read_limited(100) == b"hello"
+    assert response.ended
+    assert await response.receive() == []  # and stays ended, without reading again
+    await response.aclose()
+    assert opened[0].closed and pool.idle_count() == 0
+
+
+async def test_a_broken_chunk_is_a_protocol_error_of_the_provider() -> None:
+    pool, _ = scripted_pool([HEAD, b"zz\r\n"])
+    response = await post(pool)
+    with pytest.raises(UpstreamProtocolError) as caught:
+        await response.receive()
+    assert caught.value.message.startswith("up: ")
+    assert caught.value.provider == "up"
 
 
 async def test_a_stale_idle_connection_is_closed_when_found() -> None:
@@ -270,3 +303,207 @@ async def test_a_tls_stream_is_looked_at_through_its_socket() -> None:
         assert not _readable(tls)
         b.close()
         assert _readable(tls)  # a TLS connection the server closed is stale too
+
+
+# --- sending, and a reused connection that fails ----------------------------------------------
+
+
+class Unwritable(Scripted):
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.sleep_forever()
+
+
+async def test_a_request_that_cannot_be_sent_in_time_is_a_protocol_error(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def connect(origin: Origin) -> trio.abc.Stream:
+        await trio.lowlevel.checkpoint()
+        return Unwritable([])
+
+    client = H1Pool(
+        "up",
+        max_idle=4,
+        idle_expiry_s=60,
+        connect_timeout_s=2,
+        write_timeout_s=0.5,
+        connect=connect,
+    )
+    with pytest.raises(UpstreamProtocolError) as caught:
+        await client.post(URL, {}, b"{}")
+    assert caught.value.message == "up: the request could not be sent within 0.5 s"
+    assert caught.value.provider == "up"
+
+
+async def test_a_new_connection_closed_without_an_answer_is_the_provider_s_error() -> None:
+    pool, _ = scripted_pool([b""])
+    with pytest.raises(UpstreamProtocolError) as caught:
+        await post(pool)
+    assert caught.value.message == (
+        "up: connection lost (server disconnected without sending a response)"
+    )
+    assert caught.value.provider == "up"
+
+
+async def test_a_reused_connection_cut_inside_the_answer_s_head_is_not_sent_again() -> None:
+    # Bytes of an answer came: the server did take the request, so it is not sent anew
+    # (only a connection that failed before any byte is).
+    pool, opened = scripted_pool([HEAD, b"0\r\n\r\n", b"HTTP/1.1 2", b""])
+    first = await post(pool)
+    assert await first.read_limited(10) == b""
+    await first.aclose()
+    assert pool.idle_count() == 1
+    with pytest.raises(UpstreamProtocolError, match="server disconnected without sending"):
+        await post(pool)
+    assert len(opened) == 1
+
+
+# --- URLs, the request's bytes, dialling, idle expiry -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "origin", "target", "host"),
+    [
+        ("http://h/x", Origin("http", "h", 80), "/x", "h"),
+        ("https://h", Origin("https", "h", 443), "/", "h"),
+        ("http://h:8000/v1?a=b", Origin("http", "h", 8000), "/v1?a=b", "h:8000"),
+        ("https://h:443/x", Origin("https", "h", 443), "/x", "h"),
+        ("http://h:443/x", Origin("http", "h", 443), "/x", "h:443"),
+        ("https://h:80/x", Origin("https", "h", 80), "/x", "h:80"),
+        ("http://h/x?", Origin("http", "h", 80), "/x", "h"),
+        ("http://[::1]:8000/v1", Origin("http", "::1", 8000), "/v1", "[::1]:8000"),
+        ("https://[::1]/v1", Origin("https", "::1", 443), "/v1", "[::1]"),
+        ("HTTPS://h/x", Origin("https", "h", 443), "/x", "h"),
+    ],
+)
+def test_split_url(url: str, origin: Origin, target: str, host: str) -> None:
+    assert split_url(url) == (origin, target, host)
+
+
+@pytest.mark.parametrize("url", ["ftp://h/x", "http:///x", "h:80/x", "//h/x"])
+def test_split_url_refuses_what_is_not_http(url: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        split_url(url)
+    assert str(caught.value) == f"not an http(s) URL: {url!r}"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("x-a", "1\r2"), ("x-a", "1\n2"), ("x\ra", "1"), ("x\na", "1"), ("x:a", "1")],
+)
+async def test_a_header_that_would_break_the_request_is_refused(name: str, value: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        encode_request("/", "h", {name: value}, b"")
+    assert str(caught.value) == f"header {name!r} holds a line break or a colon"
+    pool, opened = scripted_pool([])
+    with pytest.raises(UpstreamProtocolError) as refused:
+        await pool.post(URL, {name: value}, b"{}")
+    assert refused.value.message == f"up: header {name!r} holds a line break or a colon"
+    assert refused.value.provider == "up"
+    assert opened == []  # refused before any connection
+
+
+def test_the_request_s_own_framing_headers_cannot_be_replaced() -> None:
+    wire = encode_request("/v1", "h", {"Content-Length": "1", "HOST": "x", "x-b": "é"}, b"\xc3\xa9")
+    assert wire == (
+        b"POST /v1 HTTP/1.1\r\nhost: h\r\ncontent-length: 2\r\nx-b: \xe9\r\n\r\n\xc3\xa9"
+    )
+
+
+async def dial_failure(exc: BaseException) -> UpstreamUnreachable:
+    async def connect(origin: Origin) -> trio.abc.Stream:
+        await trio.lowlevel.checkpoint()
+        raise exc
+
+    client = H1Pool(
+        "up", max_idle=1, idle_expiry_s=1, connect_timeout_s=2, write_timeout_s=2, connect=connect
+    )
+    with pytest.raises(UpstreamUnreachable) as caught:
+        await client.post(URL, {}, b"{}")
+    assert caught.value.provider == "up"
+    return caught.value
+
+
+async def test_dialling_failures_are_named() -> None:
+    refused = await dial_failure(ConnectionRefusedError(111, "Connection refused"))
+    assert refused.message == "up: cannot connect ([Errno 111] Connection refused)"
+    broken = trio.BrokenResourceError("wrapper")
+    broken.__cause__ = OSError("handshake cut")
+    assert (await dial_failure(broken)).message == "up: cannot connect (handshake cut)"
+    bare = await dial_failure(trio.BrokenResourceError())
+    assert bare.message == "up: cannot connect (connection refused)"
+    bad_record = ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    tls = await dial_failure(bad_record)
+    assert tls.message == f"up: cannot connect ({bad_record})"
+
+
+async def test_dialling_that_takes_too_long_is_a_connect_timeout(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def connect(origin: Origin) -> trio.abc.Stream:
+        await trio.sleep(10)
+        raise AssertionError("not reached")
+
+    client = H1Pool(
+        "up", max_idle=1, idle_expiry_s=1, connect_timeout_s=2, write_timeout_s=2, connect=connect
+    )
+    start = trio.current_time()
+    with pytest.raises(UpstreamUnreachable) as caught:
+        await client.post(URL, {}, b"{}")
+    assert trio.current_time() - start == pytest.approx(2)
+    assert (caught.value.message, caught.value.provider) == ("up: connect timed out", "up")
+
+
+@pytest.mark.parametrize(("idle_s", "reused"), [(1.9, True), (2.0, False)])
+async def test_an_idle_connection_expires_after_idle_expiry_s(
+    autojump_clock: trio.abc.Clock, idle_s: float, reused: bool
+) -> None:
+    whole: list[bytes | None] = [HEAD, b"0\r\n\r\n", HEAD, b"0\r\n\r\n"]
+    opened: list[Scripted] = []
+
+    async def connect(origin: Origin) -> trio.abc.Stream:
+        await trio.lowlevel.checkpoint()
+        opened.append(Scripted(whole))
+        return opened[-1]
+
+    client = H1Pool(
+        "up", max_idle=1, idle_expiry_s=2, connect_timeout_s=2, write_timeout_s=2, connect=connect
+    )
+    first = await client.post(URL, {}, b"{}")
+    await first.read_limited(10)
+    await first.aclose()
+    await trio.sleep(idle_s)
+    second = await client.post(URL, {}, b"{}")
+    await second.read_limited(10)
+    assert len(opened) == (1 if reused else 2)
+
+
+async def test_idle_connections_are_kept_per_origin() -> None:
+    whole: list[bytes | None] = [HEAD, b"0\r\n\r\n", HEAD, b"0\r\n\r\n"]
+    pool, opened = scripted_pool(whole, whole, whole)
+    for url in (URL, "http://other.test/v1", URL, "http://other.test/v1"):
+        response = await pool.post(url, {}, b"{}")
+        await response.read_limited(10)
+        await response.aclose()
+    assert len(opened) == 2
+    assert [s.sent.count(b"POST") for s in opened] == [2, 2]
+    assert b"host: other.test" in opened[1].sent
+
+
+async def test_close_idle_closes_the_sockets() -> None:
+    a, b = socket.socketpair()
+    b.sendall(HEAD + b"0\r\n\r\n")  # the answer waits in the socket before the request
+
+    async def connect(origin: Origin) -> trio.abc.Stream:
+        await trio.lowlevel.checkpoint()
+        return trio.SocketStream(trio.socket.from_stdlib_socket(a))
+
+    client = H1Pool(
+        "up", max_idle=1, idle_expiry_s=60, connect_timeout_s=2, write_timeout_s=2, connect=connect
+    )
+    response = await client.post(URL, {}, b"{}")
+    await response.read_limited(10)
+    await response.aclose()
+    assert client.idle_count() == 1 and a.fileno() != -1
+    client.close_idle()
+    assert client.idle_count() == 0 and a.fileno() == -1
+    b.close()

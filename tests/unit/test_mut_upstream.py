@@ -478,3 +478,69 @@ async def test_every_body_piece_of_a_read_is_decoded_and_a_framing_only_read_is_
     await client.aclose()
     assert [e.text for e in events if isinstance(e, TextDelta)] == ["a", "b", "c"]
     assert events[-1] == ResponseDone("stop")
+
+
+async def test_an_error_whose_body_never_comes_is_classified_as_empty(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    async def never() -> Any:
+        await trio.sleep_forever()
+        yield b""
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(500, stream=never())
+
+    with pytest.raises(GatewayError) as caught:
+        await collect(shell(handler))
+    assert "(empty body)" in caught.value.message
+
+
+async def test_a_stream_without_a_content_type_is_read_as_events() -> None:
+    body = sse({"choices": [{"delta": {"content": "a"}, "finish_reason": "stop"}]})
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        response = httpx.Response(200, content=body)
+        assert "content-type" not in response.headers
+        return response
+
+    events = await collect(shell(handler))
+    assert TextDelta("a") in events
+    assert events[-1] == ResponseDone("stop")
+
+
+async def test_an_event_without_data_does_not_hide_the_events_after_it() -> None:
+    # One read: an event with an empty data line, then the answer.
+    body = b"data:\n\n" + sse(
+        {"choices": [{"delta": {"content": "a"}, "finish_reason": "stop"}]}, "[DONE]"
+    )
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    events = await collect(shell(handler))
+    assert TextDelta("a") in events
+    assert events[-1] == ResponseDone("stop")
+
+
+def test_the_shell_s_connections_follow_the_provider_s_config() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        raise AssertionError
+
+    upstream = shell(handler, max_inflight=6, connect_timeout_s=1.5)
+    assert (upstream.name, upstream.active, upstream.tool_call_early_stops) == ("p1", 0, 0)
+    assert upstream.gate.statistics().max_inflight == 6
+    h1 = upstream._h1
+    assert (h1.provider, h1.max_idle, h1.idle_expiry_s) == ("p1", 6, 2.0)
+    assert (h1.connect_timeout_s, h1.write_timeout_s) == (1.5, 1.5)
+    assert upstream_module.KEEPALIVE_EXPIRY_S == 2.0
+    client = Upstream.make_client(provider(max_inflight=6))
+    pool = client._transport._pool  # type: ignore[attr-defined]
+    assert pool._keepalive_expiry == upstream_module.KEEPALIVE_EXPIRY_S
+    probe = upstream._probe_request
+    assert (probe.alias, probe.stream, probe.include_usage, probe.reasoning) == (
+        "(probe)",
+        False,
+        False,
+        False,
+    )
+    assert probe.required == frozenset()
