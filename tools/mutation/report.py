@@ -1,8 +1,10 @@
 """The mutation score of the last `mutmut run`: killed / (total - equivalent).
 
 Reads mutmut's results (``mutants/**/*.py.meta``) and the equivalent mutants listed in
-``tools/mutation/equivalent.txt`` (``mutant-name  # reason``, one a line). A survivor that is
-neither killed nor listed is printed with its name, so ``mutmut show NAME`` tells what it is.
+``docs/testing.md`` ("Equivalent mutants": a ``text`` block after the marker line, one
+``mutant-name  # reason`` a line): the list the issue asks to keep in the docs is the one the
+score uses, so the two cannot differ. A survivor that is neither killed nor listed is printed
+with its name, so ``mutmut show NAME`` tells what it is.
 
     .venv/bin/python tools/mutation/report.py [--min-score 90] [--only PREFIX ...]
 
@@ -22,7 +24,8 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-EQUIVALENT = Path(__file__).with_name("equivalent.txt")
+EQUIVALENT = ROOT / "docs" / "testing.md"
+MARKER = "<!-- equivalent mutants: read by tools/mutation/report.py -->"
 
 # mutmut 3's exit codes (mutmut/stats.py): a failing test run, a timeout (a mutant that turns a
 # loop endless) and a type-check failure all kill; a passing run is a survivor.
@@ -31,17 +34,49 @@ KILLED |= {255: "timeout", 37: "type check"}
 SURVIVED = {0: "survived", 5: "no tests", 33: "no tests", 34: "skipped"}
 
 
-def read_equivalent(path: Path) -> dict[str, str]:
-    equivalent = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+class ListError(Exception):
+    """The list of equivalent mutants is missing, or an entry has no reason or is repeated."""
+
+
+def listed_lines(text: str) -> list[tuple[int, str]]:
+    """The lines (numbered in the file) of the fenced block that follows the marker line."""
+    lines = text.splitlines()
+    try:
+        start = lines.index(MARKER)
+    except ValueError:
+        raise ListError(f"no line {MARKER!r}") from None
+    if lines[start + 1 : start + 2] != ["```text"]:
+        raise ListError("the marker line must be followed by a ```text block")
+    block: list[tuple[int, str]] = []
+    for number, line in enumerate(lines[start + 2 :], start + 3):
+        if line == "```":
+            return block
+        block.append((number, line))
+    raise ListError("the ```text block after the marker line is not closed")
+
+
+def parse_equivalent(text: str, source: str = "<list>") -> dict[str, str]:
+    equivalent: dict[str, str] = {}
+    for number, line in listed_lines(text):
         name, _, reason = line.partition("#")
         name = name.strip()
         if not name:
             continue
+        if " " in name or "__mutmut_" not in name:
+            raise ListError(f"{source}:{number}: {name!r} is not a mutant's name")
         if not reason.strip():
-            sys.exit(f"{path}:{number}: {name} has no reason")
+            raise ListError(f"{source}:{number}: {name} has no reason")
+        if name in equivalent:
+            raise ListError(f"{source}:{number}: {name} is listed twice")
         equivalent[name] = reason.strip()
     return equivalent
+
+
+def read_equivalent(path: Path) -> dict[str, str]:
+    try:
+        return parse_equivalent(path.read_text(encoding="utf-8"), str(path))
+    except ListError as exc:
+        sys.exit(f"{path}: {exc}")
 
 
 def read_results(mutants: Path) -> dict[str, int | None]:
@@ -140,10 +175,10 @@ def main() -> int:
         )
     ok = score >= args.min_score
     for name in stale:
-        print(f"equivalent.txt names {name}, which the last run did not produce", file=sys.stderr)
+        print(f"the equivalent list names {name}, which the run did not produce", file=sys.stderr)
         ok = False
     for name in killed_but_listed:
-        print(f"equivalent.txt names {name}, which a test kills: drop it", file=sys.stderr)
+        print(f"the equivalent list names {name}, which a test kills: drop it", file=sys.stderr)
         ok = False
     return 0 if ok else 1
 

@@ -1,0 +1,59 @@
+"""The list of equivalent mutants in docs/testing.md, as ``tools/mutation/report.py`` reads it.
+
+``make mutation`` is not part of ``make test``, but the list it scores against lives in the docs,
+where an edit could break it without anyone running the mutation tool: these keep it readable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomli
+from tools.mutation.report import EQUIVALENT, MARKER, ListError, parse_equivalent
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_docs_list_parses_and_names_mutated_modules_only() -> None:
+    equivalent = parse_equivalent(EQUIVALENT.read_text(encoding="utf-8"), str(EQUIVALENT))
+    assert len(equivalent) >= 100
+    config = tomli.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    mutated = {
+        path.removeprefix("src/").removesuffix(".py").replace("/", ".")
+        for path in config["tool"]["mutmut"]["only_mutate"]
+    }
+    for name, reason in equivalent.items():
+        module = name.split(".x", 1)[0]
+        assert module in mutated, f"{name}: its module is not mutated"
+        assert len(reason) >= 10, f"{name}: a reason, not a word"
+
+
+def block(*lines: str) -> str:
+    return "\n".join(["# Page", "", MARKER, "```text", *lines, "```", "after"])
+
+
+def test_entries_and_blank_lines() -> None:
+    text = block("a.x_f__mutmut_1  # same bytes", "", "a.x_g__mutmut_2  # # in a reason")
+    assert parse_equivalent(text) == {
+        "a.x_f__mutmut_1": "same bytes",
+        "a.x_g__mutmut_2": "# in a reason",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("no marker here", "no line"),
+        (f"{MARKER}\nnot a block", "followed by a ```text block"),
+        (f"{MARKER}\n```text\na.x_f__mutmut_1  # why", "not closed"),
+        (block("a.x_f__mutmut_1"), r"<list>:5: a\.x_f__mutmut_1 has no reason"),
+        (block("a.x_f__mutmut_1  #   "), "has no reason"),
+        (block("a.x_f__mutmut_1  # why", "a.x_f__mutmut_1  # again"), ":6: .* listed twice"),
+        (block("a.x_f  # why"), "not a mutant's name"),
+        (block("a.x_f__mutmut_1 b  # why"), "not a mutant's name"),
+    ],
+)
+def test_mistakes_in_the_list_are_named_with_their_line(text: str, message: str) -> None:
+    with pytest.raises(ListError, match=message):
+        parse_equivalent(text)
