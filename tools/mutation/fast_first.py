@@ -36,15 +36,20 @@ _STATS = ("mutmut-stats.json", "mutants/mutmut-stats.json")
 _DURATIONS = pytest.StashKey[dict[str, float]]()
 
 
-def _cost(item: pytest.Item) -> tuple[int, int]:
+def _cost(item: pytest.Item, durations: dict[str, float]) -> tuple[int, float]:
+    """Unit tests, then end-to-end ones, then the slowest files; in each group the quickest
+    first (clean durations from mutmut's statistics): with ``-x``, a mutant that a quick test
+    kills should not wait for a slow one (a hypothesis test of seconds) to pass first."""
     path = item.nodeid.split("::", 1)[0]
+    duration = durations.get(item.nodeid, 0.0)
     if path.startswith("tests/unit/"):
-        return (0, 0)
-    return (1, 1 if path.endswith(_SLOW_LAST) else 0)
+        return (0, duration)
+    return (2 if path.endswith(_SLOW_LAST) else 1, duration)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=_cost)  # stable: the order within each group stays pytest's
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    durations = _durations(config) if _under_mutation() else {}
+    items.sort(key=lambda item: _cost(item, durations))
 
 
 def _under_mutation() -> bool:
@@ -60,6 +65,10 @@ def _clean_durations() -> dict[str, float]:
     return {}
 
 
+def _durations(config: pytest.Config) -> dict[str, float]:
+    return config.stash.setdefault(_DURATIONS, _clean_durations())
+
+
 def hang_limit_s(clean_s: float) -> float:
     return clean_s * HANG_FACTOR + HANG_SLACK_S
 
@@ -73,7 +82,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
     if not _under_mutation():
         yield
         return
-    durations = item.config.stash.setdefault(_DURATIONS, _clean_durations())
+    durations = _durations(item.config)
     # A timer thread, not SIGALRM: the test may be blocked anywhere, trio's epoll included.
     timer = threading.Timer(hang_limit_s(durations.get(item.nodeid, 0.0)), _hung)
     timer.daemon = True

@@ -86,10 +86,11 @@ class HeadReader:
             if end > MAX_HEAD_BYTES:
                 raise H1Error(f"a response head larger than {MAX_HEAD_BYTES} bytes")
             head = parse_head(self._buffer[:end])
-            self._buffer = self._buffer[end + 4 :]
+            rest = self._buffer[end + 4 :]
             if 100 <= head.status < 200 and head.status != 101:
+                self._buffer = rest
                 continue  # 100 Continue, 103 Early Hints: the real head follows
-            self.leftover, self._buffer = self._buffer, b""
+            self.leftover = rest  # a reader gives one head: its buffer is not read again
             return head
 
 
@@ -97,9 +98,11 @@ class ChunkedBody:
     """A ``Transfer-Encoding: chunked`` body → its bytes, as slices of what was fed (no copy of
     chunk data). Keeps at most one unfinished size or trailer line."""
 
+    # Data bytes left in the current chunk: set by each size line, before any data is read.
+    _remaining: int
+
     def __init__(self) -> None:
         self._line = b""  # an unfinished size, CRLF or trailer line
-        self._remaining = 0  # data bytes left in the current chunk
         self._state = "size"  # size | data | data_end | trailer | done
         self.leftover = b""  # what came after the body (a server that pipelines: nothing)
 
@@ -146,7 +149,7 @@ class ChunkedBody:
                 raise H1Error(f"chunk data longer than its size: {line[:40]!r}")
             self._state = "size"
         elif self._state == "size":
-            text = line.split(b";", 1)[0].strip()
+            text = line.partition(b";")[0].strip()  # a size, then maybe ;extensions
             try:
                 if not text or text.startswith((b"+", b"-", b"0x", b"0X")):
                     raise ValueError
@@ -154,8 +157,8 @@ class ChunkedBody:
             except ValueError:
                 raise H1Error(f"not a chunk size: {line[:40]!r}") from None
             self._state = "data" if self._remaining else "trailer"
-        elif not line:  # trailer: a blank line ends the body; trailer fields are ignored
-            self._state = "done"
+        elif self._state == "trailer" and not line:
+            self._state = "done"  # a blank line ends the body; trailer fields are ignored
 
 
 class LengthBody:
@@ -176,13 +179,16 @@ class LengthBody:
         return [data[:take]] if take else []
 
 
-def body_reader(head: ResponseHead, *, method: str = "POST") -> ChunkedBody | LengthBody | None:
-    """How ``head``'s body is framed; None: it ends when the connection does."""
-    if head.status in (204, 304) or 100 <= head.status < 200 or method == "HEAD":
+def body_reader(
+    head: ResponseHead, *, head_request: bool = False
+) -> ChunkedBody | LengthBody | None:
+    """How ``head``'s body is framed; None: it ends when the connection does. The answer to a
+    HEAD request has none, whatever its head says."""
+    if head.status in (204, 304) or 100 <= head.status < 200 or head_request:
         return LengthBody(0)
     encoding = head.get("transfer-encoding")
     if encoding is not None:
-        if encoding.lower().rsplit(",", 1)[-1].strip() != "chunked":
+        if encoding.lower().rpartition(",")[2].strip() != "chunked":  # the last coding
             raise H1Error(f"a transfer-encoding other than chunked: {encoding!r}")
         return ChunkedBody()
     length = head.get("content-length")

@@ -43,6 +43,7 @@ Emit = Callable[[Event], Awaitable[None]]
 MAX_ERROR_BODY_BYTES = 64 * 1024
 # A whole (non-streamed) answer from a server that ignored "stream": bounded like everything.
 MAX_WHOLE_BODY_BYTES = 16 * 1024 * 1024
+_WHOLE_READ_BYTES = MAX_WHOLE_BODY_BYTES + 1  # one byte past the bound shows a body over it
 AFTER_DONE_GRACE_S = 1.0
 # vLLM's /metrics is some 100 KiB with its histograms; a server that sends far more is cut.
 MAX_METRICS_BYTES = 4 * 1024 * 1024
@@ -161,7 +162,7 @@ class Upstream:
                     text = None
                     if response.status_code == 200:
                         body = await read_limited(response, MAX_METRICS_BYTES)
-                        text = body.decode("utf-8", "replace")
+                        text = body.decode(errors="replace")  # UTF-8
         except (httpx.HTTPError, trio.TooSlowError, GatewayError):
             text = None
         load = await self.read_load()
@@ -246,7 +247,7 @@ class Upstream:
         """A server that answered the stream request with one JSON body."""
         try:
             with trio.fail_at(first_deadline):
-                body = await response.read_limited(MAX_WHOLE_BODY_BYTES + 1)
+                body = await response.read_limited(_WHOLE_READ_BYTES)
         except trio.TooSlowError:
             raise UpstreamTimeout(
                 f"{self.name}: no whole answer within {self.config.first_token_timeout_s:g} s",
@@ -352,7 +353,8 @@ class Upstream:
                     return
                 continue
             try:
-                sses = decoder.feed(parts[0]) if len(parts) == 1 else decoder.feed(b"".join(parts))
+                # One piece (the usual read) is joined without a copy: CPython returns it as is.
+                sses = decoder.feed(b"".join(parts))
             except SSEDecodeError as exc:
                 raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
             for sse in sses:
