@@ -34,6 +34,9 @@ HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding
 URL = "http://upstream.test/v1/chat/completions"
 
 
+RESET = b"<the peer resets the connection>"  # a piece that is a reset, not bytes
+
+
 class Trap(Exception):
     """A read the code under test should never have made."""
 
@@ -60,6 +63,10 @@ class Scripted(trio.abc.Stream):
             raise trio.ClosedResourceError
         if not self.pieces or (piece := self.pieces.pop(0)) is None:
             raise Trap("read past what the test allows")
+        if piece is RESET:
+            raise trio.BrokenResourceError("socket connection broken") from ConnectionResetError(
+                104, "Connection reset by peer"
+            )
         return piece
 
     async def aclose(self) -> None:
@@ -507,3 +514,30 @@ async def test_close_idle_closes_the_sockets() -> None:
     client.close_idle()
     assert client.idle_count() == 0 and a.fileno() == -1
     b.close()
+
+
+async def test_a_reused_connection_reset_before_any_byte_is_replaced_once() -> None:
+    pool, opened = scripted_pool([HEAD, b"0\r\n\r\n", RESET], [HEAD, chunk(b"a"), b"0\r\n\r\n"])
+    first = await post(pool)
+    await first.read_limited(10)
+    await first.aclose()
+    second = await post(pool)  # the idle one is reset: sent again, on a new connection
+    assert await second.read_limited(10) == b"a"
+    assert len(opened) == 2 and opened[0].closed
+
+
+async def test_a_new_connection_reset_before_any_byte_is_connection_lost() -> None:
+    pool, opened = scripted_pool([RESET])
+    with pytest.raises(UpstreamProtocolError) as caught:
+        await post(pool)
+    assert caught.value.message == "up: connection lost ([Errno 104] Connection reset by peer)"
+    assert len(opened) == 1
+
+
+async def test_a_head_that_is_not_http_is_the_provider_s_protocol_error() -> None:
+    pool, opened = scripted_pool([b"SSH-2.0-OpenSSH\r\n\r\n"])
+    with pytest.raises(UpstreamProtocolError) as caught:
+        await post(pool)
+    assert caught.value.message.startswith("up: not an HTTP/1.x status line")
+    assert caught.value.provider == "up"
+    assert opened[0].closed

@@ -18,13 +18,16 @@ import trio
 
 from tests.h1_mock import handler_connect
 from tests.unit.test_mut_h1_client import HEAD, Scripted, chunk
+from trio_gateway.access import RequestContext, request_context
 from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.events import Event, ResponseDone, ResponseStarted, TextDelta, Usage
+from trio_gateway.gate import LocalGate
 from trio_gateway.providers import upstream as upstream_module
 from trio_gateway.providers.h1_client import Origin
 from trio_gateway.providers.upstream import Upstream
 from trio_gateway.request import ChatRequest
+from trio_gateway.tracing import new_trace
 from trio_gateway.usage import UsageMeter
 
 Handler = Callable[[httpx.Request], Coroutine[None, None, httpx.Response]]
@@ -544,3 +547,27 @@ def test_the_shell_s_connections_follow_the_provider_s_config() -> None:
         False,
     )
     assert probe.required == frozenset()
+
+
+def test_a_gate_given_is_the_one_used() -> None:
+    shared = LocalGate(9)
+    upstream = Upstream(provider(), None, httpx.AsyncClient(), gate=shared)
+    assert upstream.gate is shared and upstream.statistics().max_inflight == 9
+
+
+async def test_each_attempt_carries_the_request_id_and_a_child_span_of_its_trace() -> None:
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=COMPLETION)
+
+    trace = new_trace()
+    context = RequestContext(request_id="req-7", route="POST /v1/chat/completions", trace=trace)
+    with request_context(context):
+        await collect(shell(handler))
+    [request] = seen
+    assert request.headers["x-request-id"] == "req-7"
+    traceparent = request.headers["traceparent"]
+    assert traceparent.split("-")[1] == trace.trace_id  # the same trace, a span of its own
+    assert traceparent != trace.traceparent()

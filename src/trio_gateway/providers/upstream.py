@@ -63,7 +63,6 @@ class Upstream:
         config: ProviderConfig,
         credential: TokenSource | None,
         client: httpx.AsyncClient,
-        dialect: Dialect | None = None,
         connect: Callable[[Origin], Awaitable[trio.abc.Stream]] | None = None,
         gate: LocalGate | SharedGate | None = None,
     ) -> None:
@@ -74,7 +73,7 @@ class Upstream:
         # What the server says of its own load, scraped (scrape.py); read by routing and metrics.
         self.signals = ReplicaSignals()
         self.prefix_cache = PrefixCacheRate()
-        self.dialect = dialect if dialect is not None else dialect_for(config.type)
+        self.dialect: Dialect = dialect_for(config.type)
         self._credential = credential
         # Answers ended at their first complete tool call (toolcall_stop.py); read at scrape
         # time (metrics.ToolCallStopCollector).
