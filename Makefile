@@ -135,6 +135,11 @@ mutation-providers: $(MUTATION_STAMP)
 	$(MUTMUT_RUN) $(foreach p,$(MUTATION_PROVIDERS),"$(p)*")
 	$(BIN)/python tools/mutation/report.py --only $(MUTATION_PROVIDERS)
 
+# After a run whose survivors are all killed or listed: record the listed equivalents' sources,
+# so the next runs skip them while those stay unchanged (tools/mutation/fingerprint.py).
+mutation-lock:
+	$(BIN)/python tools/mutation/report.py --lock
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import tomli
+from tools.mutation.fingerprint import fingerprint, read_lock, split_name, write_lock
 from tools.mutation.report import EQUIVALENT, MARKER, ListError, parse_equivalent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,3 +58,44 @@ def test_entries_and_blank_lines() -> None:
 def test_mistakes_in_the_list_are_named_with_their_line(text: str, message: str) -> None:
     with pytest.raises(ListError, match=message):
         parse_equivalent(text)
+
+
+MUTATED = """
+def x_f__mutmut_1(a):
+    return a + 2
+
+class C:
+    def xǁCǁg__mutmut_3(self):
+        return 1
+"""
+
+
+def test_a_mutant_s_name_gives_its_module_and_function() -> None:
+    assert split_name("trio_gateway.providers.h1.xǁChunkedBodyǁfeed__mutmut_12") == (
+        "trio_gateway.providers.h1",
+        "xǁChunkedBodyǁfeed__mutmut_12",
+    )
+    assert split_name("trio_gateway.sse.x_json_data__mutmut_1") == (
+        "trio_gateway.sse",
+        "x_json_data__mutmut_1",
+    )
+    assert split_name("not a mutant") is None
+
+
+def test_a_fingerprint_follows_the_mutated_source_only() -> None:
+    first = fingerprint(MUTATED, "x_f__mutmut_1")
+    method = fingerprint(MUTATED, "xǁCǁg__mutmut_3")
+    assert first is not None and method is not None and first != method
+    # Another function changing leaves it; its own source changing does not.
+    assert fingerprint(MUTATED.replace("return 1", "return 2"), "x_f__mutmut_1") == first
+    assert fingerprint(MUTATED.replace("a + 2", "a + 3"), "x_f__mutmut_1") != first
+    assert fingerprint(MUTATED, "x_f__mutmut_2") is None
+
+
+def test_the_lock_round_trips_and_names_listed_mutants(tmp_path: Path) -> None:
+    path = tmp_path / "equivalent.lock"
+    assert read_lock(path) == {}
+    write_lock({"a.xǁCǁg__mutmut_3": "ab", "a.x_f__mutmut_1": "cd"}, path)
+    assert read_lock(path) == {"a.x_f__mutmut_1": "cd", "a.xǁCǁg__mutmut_3": "ab"}
+    listed = parse_equivalent(EQUIVALENT.read_text(encoding="utf-8"))
+    assert set(read_lock()) <= set(listed), "equivalent.lock names a mutant no longer listed"

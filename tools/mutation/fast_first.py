@@ -11,6 +11,9 @@ whose functions every end-to-end test reaches, and most of a run's tail. Here ea
 mutant gets its own limit from its own clean time instead (``HANG_FACTOR`` x + ``HANG_SLACK_S``);
 past it the process sends itself SIGXCPU, exactly what mutmut's limit does, so mutmut counts the
 mutant as a timeout (as before, only sooner). Clean and statistics runs get no limit.
+
+A listed equivalent mutant whose mutated source is the one a run saw survive is not run at all
+(``fingerprint.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+from tools.mutation.fingerprint import LOCK, fingerprint_of, read_lock
 
 # The slowest end-to-end files (seconds of servers and real sockets each) go last.
 _SLOW_LAST = ("test_admission.py", "test_failover.py", "test_cancellation.py")
@@ -48,8 +52,19 @@ def _cost(item: pytest.Item, durations: dict[str, float]) -> tuple[int, float]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _under_mutation() and _unchanged_equivalent(os.environ["MUTANT_UNDER_TEST"]):
+        # Seen to survive, listed as equivalent, and its source is the same: nothing to run
+        # (pytest exits 5, which mutmut records as "no tests"; report.py counts it as listed).
+        config.hook.pytest_deselected(items=items[:])
+        items[:] = []
+        return
     durations = _durations(config) if _under_mutation() else {}
     items.sort(key=lambda item: _cost(item, durations))
+
+
+def _unchanged_equivalent(name: str) -> bool:
+    locked = read_lock(LOCK)
+    return name in locked and fingerprint_of(name, Path("src")) == locked[name]
 
 
 def _under_mutation() -> bool:

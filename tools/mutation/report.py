@@ -23,6 +23,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+if not __package__:  # run as a script (the Makefile's way): make `tools` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tools.mutation.fingerprint import fingerprint_of, read_lock, write_lock
+
 ROOT = Path(__file__).resolve().parents[2]
 EQUIVALENT = ROOT / "docs" / "testing.md"
 MARKER = "<!-- equivalent mutants: read by tools/mutation/report.py -->"
@@ -127,6 +132,12 @@ def main() -> int:
     parser.add_argument(
         "--only", nargs="+", default=None, metavar="PREFIX", help="mutant name prefixes"
     )
+    parser.add_argument(
+        "--lock",
+        action="store_true",
+        help="record the listed equivalents this run saw survive, so later runs skip them "
+        "while their source is unchanged (tools/mutation/equivalent.lock)",
+    )
     args = parser.parse_args()
 
     results = read_results(args.mutants)
@@ -173,6 +184,25 @@ def main() -> int:
             f"{unchecked} not checked (a run cut short); of the checked ones: "
             f"{killed}/{checked} = {100.0 * killed / max(checked, 1):.1f} %"
         )
+    lock = read_lock()
+    src = args.mutants / "src"
+    current = {name: fingerprint_of(name, src) for name in equivalent if name in results}
+    skipped = [n for n in current if results[n] == 5 and lock.get(n) == current[n]]
+    rerun = sorted(n for n in current if lock.get(n) != current[n])
+    if skipped:
+        print(f"{len(skipped)} listed equivalents not run again: their source is unchanged")
+    if rerun:
+        print(f"{len(rerun)} listed equivalents ran (new, or changed since `report.py --lock`)")
+    if args.lock:
+        survived = {
+            n: fp
+            for n, fp in current.items()
+            if fp is not None and (results[n] == 0 or n in skipped)
+        }
+        # Entries of other parts (--only) are kept; names no longer listed are dropped.
+        kept = {n: fp for n, fp in lock.items() if n in equivalent and n not in current}
+        write_lock(kept | survived)
+        print(f"equivalent.lock: {len(kept | survived)} fingerprints")
     ok = score >= args.min_score
     for name in stale:
         print(f"the equivalent list names {name}, which the run did not produce", file=sys.stderr)
