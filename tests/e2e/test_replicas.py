@@ -27,6 +27,7 @@ from tests.e2e.harness import (
     wait_until,
 )
 from trio_gateway.providers.replicas import ReplicaSet
+from trio_gateway.replica_policy import Affinity, ReplicaView, session_key
 from trio_gateway.server import GatewayHandle
 from trio_gateway.sim import SimHandle, serve_sim
 
@@ -163,6 +164,33 @@ async def test_a_failed_replica_passes_the_attempt_to_another_replica() -> None:
             assert dead_replica.health.last_error is not None
 
 
+def sessions_split(fleet: ReplicaSet, per_replica: int) -> list[str]:
+    """Session ids whose ring owner, with every replica healthy, is each replica ``per_replica``
+    times. Ports are random, so ten ids taken blindly all land on one replica about 1 run in 300.
+    """
+    ring = Affinity()
+    views = [
+        ReplicaView(
+            name=r.name,
+            in_flight=0,
+            capacity=1,
+            healthy=True,
+            waiting=None,
+            kv_cache_usage=None,
+            upstream_load=None,
+        )
+        for r in fleet.replicas
+    ]
+    owned: dict[str, list[str]] = {r.name: [] for r in fleet.replicas}
+    for i in range(10_000):
+        owner = ring.order(views, session_key(f"s{i}", {}))[0]
+        if len(owned[owner]) < per_replica:
+            owned[owner].append(f"s{i}")
+        if all(len(ids) == per_replica for ids in owned.values()):
+            return [sid for ids in owned.values() for sid in ids]
+    raise AssertionError(f"no {per_replica} sessions for each replica: {owned}")
+
+
 async def test_a_replica_failing_its_probes_leaves_rotation_and_comes_back() -> None:
     port = free_port()
     async with running_sim() as steady:
@@ -181,13 +209,13 @@ async def test_a_replica_failing_its_probes_leaves_rotation_and_comes_back() -> 
             flaky, _ = fleet.replicas
             await wait_until(lambda: flaky.health.state.value == "unhealthy")
             await wait_until(lambda: gateway.router.health["fleet"].state.value == "healthy")
-            sessions = [f"s{i}" for i in range(10)]
+            sessions = sessions_split(fleet, per_replica=5)
             # The probes generate too, one token ("length"); the scripted answers end "stop".
             before = answered(steady)
             for session in sessions:
                 assert (await ask(client, gateway, **{"x-session-id": session})).status_code == 200
             # Every session went to the replica in rotation.
-            assert answered(steady) - before == 10
+            assert answered(steady) - before == len(sessions)
             ready = (await client.get(gateway.base_url + "/readyz")).json()
             assert ready["status"] == "ready"
             shown = ready["providers"]["fleet"]
@@ -206,7 +234,8 @@ async def test_a_replica_failing_its_probes_leaves_rotation_and_comes_back() -> 
                 for session in sessions:
                     response = await ask(client, gateway, **{"x-session-id": session})
                     assert response.status_code == 200
-                assert 0 < answered(back) < 10
+                # Exactly the sessions the ring gives the returning replica went back to it.
+                assert answered(back) == len(sessions) // 2
                 nursery.cancel_scope.cancel()
 
 
