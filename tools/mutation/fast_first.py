@@ -18,6 +18,8 @@ A listed equivalent mutant whose mutated source is the one a run saw survive is 
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import os
 import signal
@@ -62,6 +64,48 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: _cost(item, durations))
 
 
+class Selection:
+    """The node ids a mutant's run was asked for, to build only their items.
+
+    mutmut passes the tests that reach a mutant as node ids; pytest then builds an item for
+    every test of each file named (every parametrization included) and drops the others: in a
+    killed mutant's 0.55 s, 0.34 s was collection, for 708 items of which 29 were asked for.
+    """
+
+    def __init__(self, args: list[str]) -> None:
+        self.whole: set[str] = set()  # ids asked for: a file or a class means all in it
+        self.named: set[str] = set()  # every prefix of an id asked for, parameters dropped
+        for arg in args:
+            parts = arg.split("[", 1)[0].split("::")
+            self.whole.add("::".join(parts))
+            for end in range(1, len(parts) + 1):
+                self.named.add("::".join(parts[:end]))
+
+    def wanted(self, parent: str, name: str) -> bool:
+        return parent in self.whole or f"{parent}::{name}" in self.named
+
+
+_SELECTION = pytest.StashKey[Selection]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(
+    collector: pytest.Module | pytest.Class, name: str, obj: object
+) -> list[pytest.Item] | None:
+    """No item for a test function or class of a mutant's files that was not asked for."""
+    if not _under_mutation():
+        return None
+    is_test = (callable(obj) and collector.istestfunction(obj, name)) or (
+        isinstance(obj, type) and collector.istestclass(obj, name)
+    )
+    if not is_test:
+        return None
+    selection = collector.config.stash.setdefault(_SELECTION, Selection(collector.config.args))
+    if selection.wanted(collector.nodeid, name):
+        return None
+    return []
+
+
 def _unchanged_equivalent(name: str) -> bool:
     locked = read_lock(LOCK)
     return name in locked and fingerprint_of(name, Path("src")) == locked[name]
@@ -75,9 +119,34 @@ def _clean_durations() -> dict[str, float]:
     for name in _STATS:
         path = Path(name)
         if path.exists():
-            durations = json.loads(path.read_text()).get("duration_by_test", {})
-            return {str(k): float(v) for k, v in durations.items()}
+            return _read_durations(path.resolve(), path.stat().st_mtime_ns)
     return {}
+
+
+@functools.cache
+def _read_durations(path: Path, mtime_ns: int) -> dict[str, float]:
+    # Cached by modification time: the fork server reads the 2 MB file once (see
+    # pytest_unconfigure), and each mutant's process inherits it instead of parsing it again.
+    del mtime_ns
+    durations = json.loads(path.read_text()).get("duration_by_test", {})
+    return {str(k): float(v) for k, v in durations.items()}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The end of mutmut's fork-server warm-up (a ``--collect-only`` session, before any
+    mutant): every mutant's process is forked from here.
+
+    mutmut freezes its own process before it forks the server, but the server's warm-up
+    imports every test module and collects every test after that. ``gc.freeze()`` here puts
+    those out of the collector's reach too: each mutant's pytest ends with several full
+    collections (its unraisable-exception plugin), which would otherwise walk them, and copy
+    every page they touch out of the fork.
+    """
+    if config.option.collectonly and not _under_mutation():
+        _clean_durations()
+        gc.collect()
+        gc.freeze()
 
 
 def _durations(config: pytest.Config) -> dict[str, float]:
