@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from mutmut.stats import print_stats
 from mutmut.type_checking import run_type_checker
 from mutmut.utils.file_utils import change_cwd
 from mutmut.utils.format_utils import get_mutant_name
+from mutmut.workers.isolation import ForkServerRunner
 from tools.mutation.type_map import function_at, mutated_functions
 
 STATUS_EVERY_S = 1.0
@@ -92,11 +94,42 @@ def save_results(self: SourceFileMutationData) -> None:
     Path(self.meta_path).write_text(json.dumps(content))
 
 
+class OnePassingRun:
+    """Skips mutmut's clean run when its statistics run passed in this same process.
+
+    A fresh run first runs the whole selection traced (the statistics: which test reaches which
+    function), and fails if any test fails; then it runs the tests of the selected mutants again,
+    untraced, to see them pass: the same tests on the same code, about 2 minutes. After a
+    passing statistics run that second pass is skipped; when mutmut loads statistics from an
+    earlier run (``mutmut run NAME...`` in an existing ``mutants/``), the clean run happens.
+    """
+
+    def __init__(self) -> None:
+        self.stats_passed = False
+        self._collect = ForkServerRunner.collect_stats
+        self._clean = ForkServerRunner.run_clean_tests
+
+    def install(self) -> None:
+        def collect_stats(runner: ForkServerRunner, tests: Iterable[str] | None) -> int:
+            exit_code = self._collect(runner, tests)
+            self.stats_passed = exit_code == 0 and not tests  # all of the selection
+            return exit_code
+
+        def run_clean_tests(runner: ForkServerRunner, tests: Iterable[str]) -> int:
+            if self.stats_passed:
+                return 0
+            return self._clean(runner, tests)
+
+        ForkServerRunner.collect_stats = collect_stats  # type: ignore[method-assign,assignment]
+        ForkServerRunner.run_clean_tests = run_clean_tests  # type: ignore[method-assign,assignment]
+
+
 def main() -> None:
     # mutmut.__main__ imported these by name: its own references are the ones to replace.
     mutmut_main.filter_mutants_with_type_checker = filter_mutants_with_type_checker  # type: ignore[attr-defined]
     mutmut_main.print_stats = ThrottledStatus(STATUS_EVERY_S)  # type: ignore[attr-defined]
     SourceFileMutationData.save = save_results  # type: ignore[method-assign]
+    OnePassingRun().install()
     sys.argv[0] = "mutmut"
     mutmut_main.cli()
 
