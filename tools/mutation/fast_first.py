@@ -19,7 +19,6 @@ A listed equivalent mutant whose mutated source is the one a run saw survive is 
 from __future__ import annotations
 
 import functools
-import gc
 import json
 import os
 import signal
@@ -125,28 +124,18 @@ def _clean_durations() -> dict[str, float]:
 
 @functools.cache
 def _read_durations(path: Path, mtime_ns: int) -> dict[str, float]:
-    # Cached by modification time: the fork server reads the 2 MB file once (see
+    # Cached by modification time: mutmut's process reads the 2 MB file once (see
     # pytest_unconfigure), and each mutant's process inherits it instead of parsing it again.
     del mtime_ns
     durations = json.loads(path.read_text()).get("duration_by_test", {})
     return {str(k): float(v) for k, v in durations.items()}
 
 
-@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """The end of mutmut's fork-server warm-up (a ``--collect-only`` session, before any
-    mutant): every mutant's process is forked from here.
-
-    mutmut freezes its own process before it forks the server, but the server's warm-up
-    imports every test module and collects every test after that. ``gc.freeze()`` here puts
-    those out of the collector's reach too: each mutant's pytest ends with several full
-    collections (its unraisable-exception plugin), which would otherwise walk them, and copy
-    every page they touch out of the fork.
-    """
-    if config.option.collectonly and not _under_mutation():
+    """After mutmut's own sessions (its forced-fail check is the last before the mutants), read
+    the statistics once in its process: every mutant is forked from it and inherits them."""
+    if not _under_mutation():
         _clean_durations()
-        gc.collect()
-        gc.freeze()
 
 
 def _durations(config: pytest.Config) -> dict[str, float]:

@@ -36,7 +36,7 @@ from mutmut.stats import print_stats
 from mutmut.type_checking import run_type_checker
 from mutmut.utils.file_utils import change_cwd
 from mutmut.utils.format_utils import get_mutant_name
-from mutmut.workers.isolation import ForkServerRunner
+from mutmut.workers.isolation import ForkRunner
 from tools.mutation.type_map import function_at, mutated_functions
 
 STATUS_EVERY_S = 1.0
@@ -99,29 +99,31 @@ class OnePassingRun:
 
     A fresh run first runs the whole selection traced (the statistics: which test reaches which
     function), and fails if any test fails; then it runs the tests of the selected mutants again,
-    untraced, to see them pass: the same tests on the same code, about 2 minutes. After a
+    untraced, to see them pass: the same tests on the same code, about 2 minutes. mutmut's
+    default runner (``process_isolation = "fork"``, ours) runs both in its own process, and
+    every mutant is forked from it. After a
     passing statistics run that second pass is skipped; when mutmut loads statistics from an
     earlier run (``mutmut run NAME...`` in an existing ``mutants/``), the clean run happens.
     """
 
     def __init__(self) -> None:
         self.stats_passed = False
-        self._collect = ForkServerRunner.collect_stats
-        self._clean = ForkServerRunner.run_clean_tests
+        self._collect = ForkRunner.collect_stats
+        self._clean = ForkRunner.run_clean_tests
 
     def install(self) -> None:
-        def collect_stats(runner: ForkServerRunner, tests: Iterable[str] | None) -> int:
+        def collect_stats(runner: ForkRunner, tests: Iterable[str] | None) -> int:
             exit_code = self._collect(runner, tests)
             self.stats_passed = exit_code == 0 and not tests  # all of the selection
             return exit_code
 
-        def run_clean_tests(runner: ForkServerRunner, tests: Iterable[str]) -> int:
+        def run_clean_tests(runner: ForkRunner, tests: Iterable[str]) -> int:
             if self.stats_passed:
                 return 0
             return self._clean(runner, tests)
 
-        ForkServerRunner.collect_stats = collect_stats  # type: ignore[method-assign,assignment]
-        ForkServerRunner.run_clean_tests = run_clean_tests  # type: ignore[method-assign,assignment]
+        ForkRunner.collect_stats = collect_stats  # type: ignore[method-assign,assignment]
+        ForkRunner.run_clean_tests = run_clean_tests  # type: ignore[method-assign,assignment]
 
 
 def main() -> None:
