@@ -86,22 +86,13 @@ def sessions_split(fleet: ReplicaSet, per_replica: int) -> list[str]:
     """Session ids whose ring owner, with every replica healthy, is each replica ``per_replica``
     times. Ports are random, so ten ids taken blindly all land on one replica about 1 run in 300.
     """
-    ring = Affinity()
-    views = [
-        ReplicaView(
-            name=r.name,
-            in_flight=0,
-            capacity=1,
-            healthy=True,
-            waiting=None,
-            kv_cache_usage=None,
-            upstream_load=None,
-        )
-        for r in fleet.replicas
-    ]
+    # The fleet's own policy, so its ring and bound are the ones requests meet.
+    policy = fleet.policy
+    assert isinstance(policy, Affinity)
+    views = [ReplicaView(r.name, 0, 1) for r in fleet.replicas]
     owned: dict[str, list[str]] = {r.name: [] for r in fleet.replicas}
     for i in range(10_000):
-        owner = ring.order(views, session_key(f"s{i}", {}))[0]
+        owner = policy.order(views, session_key(f"s{i}", {}))[0]
         if len(owned[owner]) < per_replica:
             owned[owner].append(f"s{i}")
         if all(len(ids) == per_replica for ids in owned.values()):
