@@ -23,6 +23,7 @@ from trio_gateway.errors import (
 )
 from trio_gateway.fronts.auth import http_key
 from trio_gateway.fronts.chat import handle_chat
+from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.events_sse import handle_events
 from trio_gateway.fronts.http import (
     ClientGone,
@@ -156,12 +157,7 @@ class GatewayApp:
             path = route
             key = http_key(scope, self.keys) if path in KEYED_PATHS else None
             drop = partial(self.connections.abort, scope.get("client"))
-            # Over HTTP/2 one socket carries many streams: its room says nothing of this one.
-            writable = (
-                None
-                if scope.get("http_version") == "2"
-                else partial(self.connections.writable, scope.get("client"))
-            )
+            client = self._client_socket(scope)
             session = _text_header(scope, b"x-session-id")
             if path in ("/v1/chat/completions", "/v1/events"):
                 handle = handle_chat if path == "/v1/chat/completions" else handle_events
@@ -173,7 +169,7 @@ class GatewayApp:
                     send,
                     drop,
                     key,
-                    writable,
+                    client,
                     session,
                 )
             elif path == "/v1/models" and model_id is not None:
@@ -210,6 +206,15 @@ class GatewayApp:
             await send_error(send, error, [(b"x-request-id", request_id.encode())])
         finally:
             self.open_requests -= 1
+
+    def _client_socket(self, scope: Scope) -> ClientSocket | None:
+        """The socket an HTTP/1.x answer's body may be written to directly (fronts/direct.py).
+        Over HTTP/2 one socket carries many streams, each framed by hypercorn: none."""
+        version = scope.get("http_version")
+        if version not in ("1.1", "1.0"):
+            return None
+        sock = self.connections.socket(scope.get("client"))
+        return None if sock is None else ClientSocket(sock, chunked=version == "1.1")
 
     def _refused(
         self,

@@ -62,7 +62,7 @@ class Secret:
 class ServerConfig:
     listen: str = "127.0.0.1:8080"
     max_body_bytes: int = 4 * 1024 * 1024
-    # Events buffered between the upstream reader and the client writer, per request.
+    # No longer used: answers go to the client as they come (server.warn_unused_keys says so).
     stream_buffer_events: int = 64
     client_stall_timeout_s: float = 30.0
     drain_timeout_s: float = 30.0

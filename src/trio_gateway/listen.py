@@ -15,7 +15,6 @@ lifespan itself and needs none of its events, so there is no lifespan task.
 from __future__ import annotations
 
 import logging
-import select
 import socket
 import weakref
 from collections.abc import Awaitable, Callable
@@ -69,21 +68,11 @@ class Connections:
             return False
         return True
 
-    def writable(self, client: Any) -> bool | None:
-        """Whether the connection of ``client`` would take more bytes right now (the kernel's
-        send buffer has room), None when unknown. A client whose socket keeps room is reading
-        all it is given: if its answer is behind, the gateway is, not the client."""
+    def socket(self, client: Any) -> trio.socket.SocketType | None:
+        """The socket of ``client``'s connection, None when it is not open here."""
         peer = _peer(client)
         stream = None if peer is None else self._streams.get(peer)
-        if stream is None:
-            return None
-        try:
-            poller = select.poll()
-            poller.register(stream.socket.fileno(), select.POLLOUT)
-            ready = poller.poll(0)
-        except (OSError, ValueError):
-            return None
-        return any(mask & select.POLLOUT for _, mask in ready)
+        return None if stream is None else stream.socket
 
 
 def _peer(client: Any) -> Peer | None:

@@ -300,10 +300,10 @@ class Router:
         upstream, health = member.upstream, member.health
         emitted = False
 
-        async def tracked(event: Event) -> None:
+        async def tracked(events: list[Event]) -> None:
             nonlocal emitted
             emitted = True
-            await emit(event)
+            await emit(events)
 
         started = trio.current_time()
         before = health.state

@@ -1,25 +1,27 @@
-"""One request's structured concurrency: an upstream producer, a client consumer, a watcher.
+"""One request's structured concurrency: the answer produced in the request's own task, and
+a watcher that cancels it when the client goes away.
 
 ::
 
     nursery (the request's cancel scope)
-    ├── producer: run_attempts → emit → bounded channel   (deadline: client_stall_timeout_s)
-    ├── watcher:  the client went away → cancel the scope
-    └── consumer: channel → the client (runs in the caller's task)
+    ├── watcher: the client went away → cancel the scope
+    └── producer (the caller's task): run_attempts → emit → the sink → the client
 
 Cancelling the scope closes the upstream response at once, which is what makes vLLM abort and
-free the sequence's KV cache. The bounded channel is the only buffer between the two sides: a
-client that stops reading, or reads slower than the answer comes, keeps it full and the producer
-waiting; once that wait outweighs the time the answer flowed by ``client_stall_timeout_s`` the
-producer's deadline passes and the upstream is released.
+free the sequence's KV cache. There is no buffer of the gateway's own between the two sides and
+no second task: each batch of events the upstream gave in one read goes to the sink (the front's
+writer) as it is, and a sink whose client is slow makes the producer wait, so the upstream waits
+too (its socket's buffers are the only ones). A sink that finds its client behind for longer than
+``client_stall_timeout_s`` raises :class:`ClientStalled`; the upstream is released and the
+connection dropped. One task per answer also means one task switch per chunk, not two.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 import attrs
 import trio
@@ -36,11 +38,29 @@ from trio_gateway.usage import UsageMeter, UsageRecord, usage_record
 log = logging.getLogger("trio_gateway")
 
 Item = Event | GatewayError
-Consume = Callable[[trio.MemoryReceiveChannel[Item]], Awaitable[None]]
 Watch = Callable[[trio.CancelScope, "Outcome"], Awaitable[None]]
 DropConnection = Callable[[], object]
-# Whether the client's connection has room for more bytes now; None when unknown.
-ClientWritable = Callable[[], "bool | None"]
+
+
+class ClientStalled(Exception):
+    """The client has been behind for longer than the stall period."""
+
+
+class ClientLeft(Exception):
+    """The client's connection is closed or reset: nothing more can be written."""
+
+
+class Sink(Protocol):
+    """Where one answer goes, called from the producer's task: a front's writer."""
+
+    async def put(self, items: Sequence[Item]) -> None:
+        """Deliver ``items`` (the events of one upstream read, or one final error). May wait
+        while the client is slow; raises :class:`ClientStalled` once it has been behind for
+        the stall period, :class:`ClientLeft` once it is gone."""
+
+    async def end(self) -> None:
+        """The answer is over (after its last ``put``, however it ended but by cancellation)."""
+
 
 CLIENT_GONE = "client_gone"
 CLIENT_STALL = "client_stall"
@@ -125,36 +145,29 @@ async def relay(
     request: ChatRequest,
     plan: Plan,
     *,
-    buffer_events: int,
+    sink: Sink,
     client_stall_timeout_s: float,
-    consume: Consume,
-    watch: Watch | None = None,
+    watch: Sequence[Watch] = (),
     drop_connection: DropConnection | None = None,
-    client_writable: ClientWritable | None = None,
     request_id: str = "",
     admission: Admission | None = None,
 ) -> Outcome:
-    """``drop_connection`` is called when the client stalls past ``client_stall_timeout_s``:
-    the consumer is then blocked writing to it, and only closing the connection unblocks it.
-    ``client_writable`` tells a client that is behind from a gateway that is (its socket still
-    has room): only the first is dropped.
+    """``watch`` runs beside the producer (a disconnect watcher, a stall watchdog) and may
+    cancel the request's scope. ``drop_connection`` is called when the client stalls: a
+    connection whose answer stopped half-way cannot be used again.
     ``request_id`` names the request's usage record; ``admission`` (a keyed request's budget
     hold) is settled from that record, however the request ended."""
     outcome = Outcome()
     started_at = trio.current_time()
     started_wall = time.time()
     try:
-        await _relay(
-            request,
-            plan,
-            outcome,
-            buffer_events,
-            client_stall_timeout_s,
-            consume,
-            watch,
-            drop_connection,
-            client_writable,
-        )
+        async with trio.open_nursery() as nursery:
+            for watcher in watch:
+                nursery.start_soon(watcher, nursery.cancel_scope, outcome)
+            await _produce(
+                request, plan, outcome, sink, client_stall_timeout_s, drop_connection, nursery
+            )
+            nursery.cancel_scope.cancel()
     except BaseException as exc:
         # Cancelled from outside the request's own scope: the server is stopping. It arrives
         # through the request's nursery, so as a group of Cancelled, not a bare one.
@@ -179,99 +192,67 @@ async def relay(
     return outcome
 
 
-async def _relay(
+async def _produce(
     request: ChatRequest,
     plan: Plan,
     outcome: Outcome,
-    buffer_events: int,
+    sink: Sink,
     client_stall_timeout_s: float,
-    consume: Consume,
-    watch: Watch | None,
     drop_connection: DropConnection | None,
-    client_writable: ClientWritable | None,
+    nursery: trio.Nursery,
 ) -> None:
-    send_channel, receive_channel = trio.open_memory_channel[Item](buffer_events)
-    async with trio.open_nursery() as nursery:
-        scope = nursery.cancel_scope
+    scope = nursery.cancel_scope
 
-        # A leaky bucket of the time the client kept the answer waiting: each blocked send
-        # adds its wait, each stretch the answer flowed takes as much away. A client that reads
-        # nothing is dropped after exactly the stall period; one that reads, but slower than
-        # the answer comes, keeps the producer waiting most of the time and is dropped soon
-        # after (no single wait need last a period: the kernel wakes a writer every few KiB).
-        debt_s = 0.0
-        flowing_since: float | None = None
+    async def left(cause: str) -> None:
+        outcome.cancelled = outcome.cancelled or cause
+        scope.cancel(reason=cause)
+        if cause == CLIENT_STALL and drop_connection is not None:
+            drop_connection()
+        await trio.lowlevel.checkpoint()  # raises Cancelled: unwinds the upstream
 
-        async def emit(event: Event) -> None:
-            nonlocal debt_s, flowing_since
+    async def emit(events: list[Event]) -> None:
+        for event in events:
             outcome.observe(event)
-            try:
-                send_channel.send_nowait(event)
-                return
-            except trio.WouldBlock:
-                pass
-            blocked_at = trio.current_time()
-            if flowing_since is not None:
-                debt_s = max(0.0, debt_s - (blocked_at - flowing_since))
-            while True:
-                with trio.move_on_at(blocked_at + client_stall_timeout_s - debt_s) as stall:
-                    await send_channel.send(event)
-                flowing_since = trio.current_time()
-                debt_s += flowing_since - blocked_at
-                if not stall.cancelled_caught:
-                    return
-                if client_writable is None or not client_writable():
-                    break
-                # The client takes all it is given: the gateway is behind (a fast upstream, a
-                # busy process), and dropping the client would not help it.
-                debt_s, blocked_at = 0.0, flowing_since
-            outcome.cancelled = outcome.cancelled or CLIENT_STALL
-            scope.cancel(reason=CLIENT_STALL)
-            if drop_connection is not None:
-                drop_connection()
-            await trio.lowlevel.checkpoint()  # raises Cancelled: unwinds the upstream
+        try:
+            await sink.put(events)
+        except ClientStalled:
+            await left(CLIENT_STALL)
+        except ClientLeft:
+            await left(CLIENT_GONE)
 
-        async def produce() -> None:
-            drain = plan.router.drain
-            async with send_channel:
-                error: GatewayError | None = None
-                with drain.track() as producer:
-                    try:
-                        if drain.stopping:
-                            raise ShuttingDown(
-                                "the gateway is shutting down; retry elsewhere", retry_after_s=1.0
-                            )
-                        await plan.router.run(request, plan, emit, outcome.meter)
-                    except GatewayError as exc:
-                        error = exc
-                    except Exception as exc:
-                        log.exception("internal error while serving %s", request.alias)
-                        error = InternalError(f"internal error: {exc.__class__.__name__}")
-                if producer.cancelled_caught:
-                    # The drain ended: the upstream is closed; tell the client, then end cleanly.
-                    outcome.cancelled = outcome.cancelled or SHUTDOWN
-                    error = ShuttingDown("the gateway shut down before the answer finished")
-                if error is not None:
-                    outcome.error = error
-                    await _send_final(send_channel, error, client_stall_timeout_s)
-
-        nursery.start_soon(produce)
-        if watch is not None:
-            nursery.start_soon(watch, scope, outcome)
-        async with receive_channel:
-            await consume(receive_channel)
-        scope.cancel()
+    drain = plan.router.drain
+    error: GatewayError | None = None
+    with drain.track() as producer:
+        try:
+            if drain.stopping:
+                raise ShuttingDown(
+                    "the gateway is shutting down; retry elsewhere", retry_after_s=1.0
+                )
+            await plan.router.run(request, plan, emit, outcome.meter)
+        except GatewayError as exc:
+            error = exc
+        except Exception as exc:
+            log.exception("internal error while serving %s", request.alias)
+            error = InternalError(f"internal error: {exc.__class__.__name__}")
+    if producer.cancelled_caught:
+        # The drain ended: the upstream is closed; tell the client, then end cleanly.
+        outcome.cancelled = outcome.cancelled or SHUTDOWN
+        error = ShuttingDown("the gateway shut down before the answer finished")
+    # The last words get the stall period, no more: a client that takes nothing is not waited
+    # for (and is no longer holding an upstream).
+    with trio.move_on_after(client_stall_timeout_s):
+        try:
+            if error is not None:
+                outcome.error = error
+                await sink.put([error])
+            await sink.end()
+        except ClientStalled:
+            await left(CLIENT_STALL)
+        except ClientLeft:
+            await left(CLIENT_GONE)
 
 
 def _only_cancelled(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return exc.split(trio.Cancelled)[1] is None
     return isinstance(exc, trio.Cancelled)
-
-
-async def _send_final(
-    channel: trio.MemorySendChannel[Item], error: GatewayError, timeout_s: float
-) -> None:
-    # A consumer that already finished has nobody to tell.
-    with trio.move_on_after(timeout_s), contextlib.suppress(trio.BrokenResourceError):
-        await channel.send(error)

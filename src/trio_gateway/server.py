@@ -19,7 +19,7 @@ from hypercorn.utils import wrap_app
 
 from trio_gateway.accounting import open_limits
 from trio_gateway.app import GatewayApp
-from trio_gateway.config import GatewayConfig, parse_hostport
+from trio_gateway.config import GatewayConfig, ServerConfig, parse_hostport
 from trio_gateway.gate import LeaseBroker
 from trio_gateway.ledger import QueuedSink, open_usage_sink
 from trio_gateway.listen import Connections, serve_asgi
@@ -42,6 +42,7 @@ LISTEN_BACKLOG = 2048  # uvicorn's default
 # After the drain deadline cancels the answers still running, the time they get to send their
 # last error event before hypercorn closes the connections.
 DRAIN_MARGIN_S = 2.0
+UNUSED_STREAM_BUFFER_EVENTS = attrs.fields(ServerConfig).stream_buffer_events.default
 
 
 class ListenError(OSError):
@@ -146,6 +147,7 @@ async def serve_gateway(
     (``GatewayHandle.reload``); without it, a reload is refused. A worker (workers.py) serves
     the listening socket its supervisor ``inherited`` it, and leaves the embedded
     ``simulators`` to the supervisor."""
+    warn_unused_keys(config)
     async with open_usage_sink(config) as usage:
         await _serve_gateway(
             config,
@@ -157,6 +159,17 @@ async def serve_gateway(
             inherited=inherited,
             simulators=simulators,
             task_status=task_status,
+        )
+
+
+def warn_unused_keys(config: GatewayConfig) -> None:
+    """Keys still accepted (an older config stays valid) that no longer do anything: said at
+    start, so "accepted" never looks like "applied"."""
+    if config.server.stream_buffer_events != UNUSED_STREAM_BUFFER_EVENTS:
+        log.warning(
+            "server.stream_buffer_events = %d has no effect: answers go to the client as they "
+            "come, with no buffer of the gateway's own (docs/configuration.md)",
+            config.server.stream_buffer_events,
         )
 
 

@@ -123,7 +123,7 @@ async def test_a_client_that_stops_reading_is_dropped_and_its_upstream_closed(
     async with running_sim(fast) as sim:
         config = gateway_config(
             provider_toml("sim-a", sim.base_url),
-            server="client_stall_timeout_s = 0.5\nstream_buffer_events = 8",
+            server="client_stall_timeout_s = 0.5",
         )
         async with running_gateway(config, kernel_stall_drop=kernel_stall_drop) as gateway:
             host, port = gateway.base_url.removeprefix("http://").split(":")
@@ -167,7 +167,7 @@ async def test_a_client_that_reads_slower_than_the_answer_comes_is_dropped() -> 
     async with running_sim(fast) as sim:
         config = gateway_config(
             provider_toml("sim-a", sim.base_url),
-            server="client_stall_timeout_s = 0.5\nstream_buffer_events = 8",
+            server="client_stall_timeout_s = 0.5",
         )
         async with running_gateway(config, kernel_stall_drop=False) as gateway:
             host, port = gateway.base_url.removeprefix("http://").split(":")
@@ -208,7 +208,7 @@ async def test_a_client_that_keeps_up_is_not_dropped_when_the_gateway_is_behind(
     async with running_sim(fast) as sim:
         config = gateway_config(
             provider_toml("sim-a", sim.base_url),
-            server="client_stall_timeout_s = 0.2\nstream_buffer_events = 2",
+            server="client_stall_timeout_s = 0.2",
         )
         async with running_gateway(config) as gateway, httpx.AsyncClient() as client:
             started = trio.current_time()

@@ -43,7 +43,7 @@ def router_of(*upstreams: Upstream) -> Router:
     return Router({"a": alias}, {u.name: u for u in upstreams})
 
 
-async def ignore(event: Event) -> None:
+async def ignore(events: list[Event]) -> None:
     pass
 
 
@@ -104,8 +104,8 @@ async def test_the_queue_of_weight_0_providers_only_takes_them(
     router = queue_router(shell(answer, name="p1", weight=0))
     events: list[Event] = []
 
-    async def keep(event: Event) -> None:
-        events.append(event)
+    async def keep(batch: list[Event]) -> None:
+        events.extend(batch)
 
     await router.run(chat(), router.plan(chat()), keep)
     assert events[-1] == ResponseDone("stop")

@@ -69,8 +69,9 @@ def chat() -> ChatRequest:
 async def collect(upstream: Upstream, meter: UsageMeter | None = None) -> list[Event]:
     events: list[Event] = []
 
-    async def emit(event: Event) -> None:
-        events.append(event)
+    async def emit(batch: list[Event]) -> None:
+        assert batch  # a batch is never empty
+        events.extend(batch)
 
     await upstream.stream_chat(chat(), emit, meter)
     return events
@@ -430,7 +431,7 @@ async def test_each_answer_ended_at_its_first_tool_call_is_counted_and_logged(
     async def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
 
-    async def ignore(event: Event) -> None:
+    async def ignore(events: list[Event]) -> None:
         pass
 
     upstream = shell(handler)
@@ -474,8 +475,9 @@ async def test_every_body_piece_of_a_read_is_decoded_and_a_framing_only_read_is_
     upstream = Upstream(provider(), None, client, connect=connect)
     events: list[Event] = []
 
-    async def emit(event: Event) -> None:
-        events.append(event)
+    async def emit(batch: list[Event]) -> None:
+        assert batch  # a batch is never empty
+        events.extend(batch)
 
     await upstream.stream_chat(chat(), emit)
     await client.aclose()

@@ -1,15 +1,13 @@
-"""relay's client-stall deadline without a server: an in-memory upstream that streams as fast as
-it is read, a consumer that takes one event per period of virtual time, and a ``client_writable``
-that says whether the client's socket still has room.
+"""relay without a server: an in-memory upstream, and sinks that stand for the fronts' writers.
 
-A client that reads, but slower than the answer comes, is dropped once it has been behind for
-``client_stall_timeout_s``, though no single wait lasts that long; a consumer that is slow while
-the client's socket has room (the gateway is what is behind) is not.
+The producer runs in the request's own task and hands each read's events to the sink; a sink
+that says its client stalled or left ends the request with that cause, the upstream released
+and (for a stall) the connection dropped; how every other ending is recorded and billed.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -24,7 +22,17 @@ from trio_gateway.config import AliasConfig, ProviderConfig
 from trio_gateway.errors import InternalError, ShuttingDown, UpstreamProtocolError
 from trio_gateway.events import TextDelta
 from trio_gateway.pipeline import Router
-from trio_gateway.relay import CLIENT_STALL, Item, Outcome, relay
+from trio_gateway.relay import (
+    CLIENT_GONE,
+    CLIENT_STALL,
+    ClientLeft,
+    ClientStalled,
+    Item,
+    Outcome,
+    Sink,
+    Watch,
+    relay,
+)
 from trio_gateway.usage import UsageRecord
 
 TOKENS = 400
@@ -40,63 +48,7 @@ async def fast_stream(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
 
 
-def router(handler: Handler) -> Router:
-    upstream = shell(handler, idle_timeout_s=1000.0, first_token_timeout_s=1000.0)
-    return Router({"a": AliasConfig(providers=(upstream.config,))}, {upstream.name: upstream})
-
-
-async def run(
-    *, every_s: float, writable: bool | None, stall_s: float = 1.0, handler: Handler = fast_stream
-) -> tuple[Outcome, int, int]:
-    gateway = router(handler)
-    request = chat()
-    texts = 0
-    drops = 0
-
-    async def consume(channel: trio.MemoryReceiveChannel[Item]) -> None:
-        nonlocal texts
-        async for item in channel:
-            texts += isinstance(item, TextDelta)
-            await trio.sleep(every_s)
-
-    def drop() -> None:
-        nonlocal drops
-        drops += 1
-
-    outcome = await relay(
-        request,
-        gateway.plan(request),
-        buffer_events=4,
-        client_stall_timeout_s=stall_s,
-        consume=consume,
-        drop_connection=drop,
-        client_writable=None if writable is None else (lambda: writable),
-    )
-    return outcome, texts, drops
-
-
-@pytest.mark.parametrize("writable", [False, None], ids=["socket_full", "socket_unknown"])
-async def test_a_client_behind_for_the_stall_period_is_dropped(
-    autojump_clock: trio.abc.Clock, writable: bool | None
-) -> None:
-    # One event per 0.1 s against an upstream with all 400 ready: the producer never waits a
-    # whole second at once, but the buffer never drains either.
-    started = trio.current_time()
-    outcome, texts, drops = await run(every_s=0.1, writable=writable)
-    assert outcome.cancelled == CLIENT_STALL
-    assert drops == 1
-    # Dropped one period after it first fell behind, not after the whole answer (40 s).
-    assert trio.current_time() - started == pytest.approx(1.0, abs=0.15)
-    assert 5 <= texts <= 16
-
-
-async def test_a_slow_consumer_whose_client_has_room_is_not_dropped(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    outcome, texts, drops = await run(every_s=0.1, writable=True)
-    assert outcome.cancelled is None and outcome.error is None
-    assert drops == 0
-    assert texts == TOKENS
+BURSTS, BURST = 10, 20
 
 
 async def bursts(request: httpx.Request) -> httpx.Response:
@@ -109,25 +61,37 @@ async def bursts(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, content=body(), headers={"content-type": "text/event-stream"})
 
 
-BURSTS, BURST = 10, 20
-
-
-async def test_a_client_that_catches_up_starts_a_new_period(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    # Each burst keeps the client behind for 0.4 s; between bursts it catches up. Behind for
-    # 4 s in all, never for a whole period at a time.
-    outcome, texts, drops = await run(every_s=0.02, writable=False, stall_s=1.0, handler=bursts)
-    assert outcome.cancelled is None
-    assert drops == 0
-    assert texts == BURSTS * BURST
-
-
-# --- how a request ends: shutdown, a gateway bug, billing -------------------------------------
+def router(handler: Handler) -> Router:
+    upstream = shell(handler, idle_timeout_s=1000.0, first_token_timeout_s=1000.0)
+    return Router({"a": AliasConfig(providers=(upstream.config,))}, {upstream.name: upstream})
 
 
 @attrs.define
-class Sink:
+class Collect:
+    """A sink that keeps what it is given; ``on_put`` may wait or raise, as a client would."""
+
+    on_put: Callable[[list[Item]], Any] | None = None
+    on_end: Callable[[], Any] | None = None
+    batches: list[list[Item]] = attrs.field(factory=list)
+    ended: int = 0
+
+    @property
+    def items(self) -> list[Item]:
+        return [item for batch in self.batches for item in batch]
+
+    async def put(self, items: Sequence[Item]) -> None:
+        self.batches.append(list(items))
+        if self.on_put is not None:
+            await self.on_put(self.batches[-1])
+
+    async def end(self) -> None:
+        self.ended += 1
+        if self.on_end is not None:
+            await self.on_end()
+
+
+@attrs.define
+class Records:
     records: list[UsageRecord] = attrs.field(factory=list)
 
     def offer(self, record: UsageRecord) -> bool:
@@ -147,34 +111,107 @@ class Settlements:
         self.calls.append((admission, record, provider))
 
 
-async def collect_all(gateway: Router, **kwargs: Any) -> tuple[Outcome, list[Item]]:
-    items: list[Item] = []
-
-    async def consume(channel: trio.MemoryReceiveChannel[Item]) -> None:
-        async for item in channel:
-            items.append(item)
-
+async def run(
+    gateway: Router,
+    sink: Sink,
+    *,
+    stall_s: float = 10.0,
+    watch: Sequence[Watch] = (),
+    drop: Callable[[], object] | None = None,
+    **kwargs: Any,
+) -> Outcome:
     request = chat()
-    outcome = await relay(
+    return await relay(
         request,
         gateway.plan(request),
-        buffer_events=4,
-        client_stall_timeout_s=1.0,
-        consume=consume,
+        sink=sink,
+        client_stall_timeout_s=stall_s,
+        watch=watch,
+        drop_connection=drop,
         **kwargs,
     )
-    return outcome, items
+
+
+def texts(items: list[Item]) -> int:
+    return sum(isinstance(i, TextDelta) for i in items)
+
+
+# --- the producer and the sink -----------------------------------------------------------------
+
+
+async def test_every_event_reaches_the_sink_in_order_and_the_answer_ends_once(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway = router(bursts)
+    sink = Collect()
+    outcome = await run(gateway, sink)
+    assert outcome.cancelled is None and outcome.error is None
+    assert texts(sink.items) == BURSTS * BURST
+    assert sink.ended == 1
+    # One put per upstream read: each burst of 20 chunks arrived in one read, so in one batch.
+    assert max(texts(b) for b in sink.batches) == BURST
+    assert all(sink.batches)
+
+
+async def test_a_sink_that_stalls_ends_the_request_and_drops_the_connection(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway = router(bursts)
+    drops: list[int] = []
+
+    async def stall_at_the_third(batch: list[Item]) -> None:
+        if len(sink.batches) == 3:
+            raise ClientStalled("behind by 10.0 s")
+
+    sink = Collect(on_put=stall_at_the_third)
+    outcome = await run(gateway, sink, drop=lambda: drops.append(1))
+    assert outcome.cancelled == CLIENT_STALL
+    assert drops == [1]
+    assert len(sink.batches) == 3 and sink.ended == 0
+    assert gateway.upstreams["p1"].statistics().in_flight == 0  # the slot is free again
+
+
+async def test_a_sink_whose_client_left_ends_the_request_without_a_drop(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway = router(bursts)
+    drops: list[int] = []
+
+    async def gone(batch: list[Item]) -> None:
+        raise ClientLeft("connection reset")
+
+    sink = Collect(on_put=gone)
+    outcome = await run(gateway, sink, drop=lambda: drops.append(1))
+    assert outcome.cancelled == CLIENT_GONE
+    assert drops == []
+    assert len(sink.batches) == 1 and sink.ended == 0
+
+
+async def test_the_last_words_get_the_stall_period_and_no_more(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway = router(fast_stream)
+    sink = Collect(on_end=trio.sleep_forever)
+    started = trio.current_time()
+    outcome = await run(gateway, sink, stall_s=3.0)
+    assert trio.current_time() - started == pytest.approx(3.0, abs=0.01)
+    assert outcome.error is None and sink.ended == 1
+
+
+# --- how a request ends: shutdown, a gateway bug, billing -------------------------------------
 
 
 async def test_a_draining_gateway_refuses_new_answers(autojump_clock: trio.abc.Clock) -> None:
     gateway = router(fast_stream)
     gateway.drain.begin()
-    outcome, items = await collect_all(gateway)
-    [error] = items
+    sink = Collect()
+    outcome = await run(gateway, sink)
+    [error] = sink.items
     assert isinstance(error, ShuttingDown)
     assert error.message == "the gateway is shutting down; retry elsewhere"
     assert error.retry_after_s == 1.0
     assert outcome.error is error
+    assert sink.ended == 1
     assert fast_stream_calls(gateway) == 0
 
 
@@ -197,8 +234,9 @@ async def test_a_gateway_bug_is_an_internal_error_with_its_class_name(
         raise KeyError("boom")
 
     gateway.run = broken  # type: ignore[method-assign,assignment]
-    outcome, items = await collect_all(gateway)
-    [error] = items
+    sink = Collect()
+    outcome = await run(gateway, sink)
+    [error] = sink.items
     assert isinstance(error, InternalError)
     assert error.message == "internal error: KeyError"
     assert outcome.error is error
@@ -211,13 +249,13 @@ async def test_the_record_is_offered_and_the_hold_settled_at_the_answering_provi
     autojump_clock: trio.abc.Clock,
 ) -> None:
     gateway = router(fast_stream)
-    sink, settlements = Sink(), Settlements()
-    gateway.usage = sink
+    records, settlements = Records(), Settlements()
+    gateway.usage = records
     gateway.limits = settlements  # type: ignore[assignment]
     admission = Admission(key="k", hold_id="h1", headers=[])
-    outcome, _ = await collect_all(gateway, request_id="r9", admission=admission)
+    outcome = await run(gateway, Collect(), request_id="r9", admission=admission)
     assert outcome.error is None and outcome.provider == "p1"
-    [record] = sink.records
+    [record] = records.records
     assert record.request_id == "r9" and record.completion_tokens == TOKENS
     assert record.prompt_tokens > 0  # estimated from the request: the stream had no usage
     [(settled, settled_record, provider)] = settlements.calls
@@ -227,66 +265,47 @@ async def test_the_record_is_offered_and_the_hold_settled_at_the_answering_provi
 
 async def test_without_a_request_id_the_record_has_none(autojump_clock: trio.abc.Clock) -> None:
     gateway = router(fast_stream)
-    sink = Sink()
-    gateway.usage = sink
-    await collect_all(gateway)
-    assert [r.request_id for r in sink.records] == [""]
+    records = Records()
+    gateway.usage = records
+    await run(gateway, Collect())
+    assert [r.request_id for r in records.records] == [""]
 
 
 async def test_a_cut_stream_is_billed_from_the_meter(autojump_clock: trio.abc.Clock) -> None:
-    gateway = router(fast_stream)
-    sink = Sink()
-    gateway.usage = sink
-    seen = 0
+    gateway = router(bursts)
+    records = Records()
+    gateway.usage = records
 
-    async def leave_early(channel: trio.MemoryReceiveChannel[Item]) -> None:
-        nonlocal seen
-        async for item in channel:
-            seen += isinstance(item, TextDelta)
-            if seen == 10:
-                return
+    async def leave_after_two_bursts(batch: list[Item]) -> None:
+        if texts(sink.items) >= 2 * BURST:
+            raise ClientLeft("gone")
 
-    request = chat()
-    outcome = await relay(
-        request,
-        gateway.plan(request),
-        buffer_events=4,
-        client_stall_timeout_s=1.0,
-        consume=leave_early,
-    )
-    [record] = sink.records
-    # The consumer left: what the parser had counted when the stream was cut is billed.
+    sink = Collect(on_put=leave_after_two_bursts)
+    outcome = await run(gateway, sink)
+    [record] = records.records
+    # The client left: what the parser had counted when the stream was cut is billed.
     assert outcome.meter.partial is not None
-    assert 10 <= record.completion_tokens < TOKENS
+    assert record.completion_tokens == 2 * BURST
     assert record.estimated
 
 
 async def test_cancelled_from_outside_is_a_shutdown(autojump_clock: trio.abc.Clock) -> None:
     gateway = router(fast_stream)
     outcomes: list[Outcome] = []
-    request = chat()
+    records = Records()
+    gateway.usage = records
 
-    async def forever(channel: trio.MemoryReceiveChannel[Item]) -> None:
+    async def forever(batch: list[Item]) -> None:
         await trio.sleep_forever()
 
-    sink = Sink()
-    gateway.usage = sink
     with trio.move_on_after(5):
-        outcomes.append(
-            await relay(
-                request,
-                gateway.plan(request),
-                buffer_events=4,
-                client_stall_timeout_s=100.0,
-                consume=forever,
-            )
-        )
+        outcomes.append(await run(gateway, Collect(on_put=forever), stall_s=100.0))
     assert outcomes == []
-    [record] = sink.records
+    [record] = records.records
     assert record.outcome == "cancelled" and record.error_code == "shutdown"
 
 
-async def test_an_error_for_a_consumer_that_left_is_dropped_quietly(
+async def test_an_error_for_a_client_that_left_is_dropped_quietly(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     gateway = router(fast_stream)
@@ -297,19 +316,12 @@ async def test_an_error_for_a_consumer_that_left_is_dropped_quietly(
 
     gateway.run = broken  # type: ignore[method-assign,assignment]
 
-    async def gone(channel: trio.MemoryReceiveChannel[Item]) -> None:
-        await channel.aclose()  # the client went away before the error came
-        await trio.sleep(2)
+    async def gone(batch: list[Item]) -> None:
+        raise ClientLeft("the client went away before the error came")
 
-    request = chat()
-    outcome = await relay(
-        request,
-        gateway.plan(request),
-        buffer_events=4,
-        client_stall_timeout_s=10.0,
-        consume=gone,
-    )
+    outcome = await run(gateway, Collect(on_put=gone))
     assert isinstance(outcome.error, UpstreamProtocolError)
+    assert outcome.cancelled == CLIENT_GONE
 
 
 async def test_the_record_starts_when_the_request_did(
@@ -321,11 +333,11 @@ async def test_the_record_starts_when_the_request_did(
     wall = types.SimpleNamespace(time=lambda: 1000.0 + trio.current_time())
     monkeypatch.setattr("trio_gateway.relay.time", wall)
     gateway = router(bursts)
-    sink = Sink()
-    gateway.usage = sink
+    records = Records()
+    gateway.usage = records
     started = trio.current_time()
-    await collect_all(gateway)
-    [record] = sink.records
+    await run(gateway, Collect())
+    [record] = records.records
     assert record.started_at == 1000.0 + started
     assert record.duration_s == pytest.approx(5.0, abs=0.1)
 
@@ -338,7 +350,7 @@ async def test_a_hold_is_settled_without_prices_when_no_provider_answered(
     settlements = Settlements()
     gateway.limits = settlements  # type: ignore[assignment]
     admission = Admission(key="k", hold_id="h1", headers=[])
-    await collect_all(gateway, admission=admission)
+    await run(gateway, Collect(), admission=admission)
     [(settled, record, provider)] = settlements.calls
     assert settled is admission and record.provider is None and provider is None
 
@@ -347,27 +359,19 @@ async def test_a_drain_that_ends_mid_answer_tells_the_client(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     gateway = router(bursts)
-    items: list[Item] = []
 
-    async def consume(channel: trio.MemoryReceiveChannel[Item]) -> None:
-        async for item in channel:
-            items.append(item)
-            if len(items) == 3:
-                gateway.drain.cancel_all()  # the drain deadline passed
+    async def drain_at_the_third(batch: list[Item]) -> None:
+        if len(sink.batches) == 3:
+            gateway.drain.cancel_all()  # the drain deadline passed
 
-    request = chat()
-    outcome = await relay(
-        request,
-        gateway.plan(request),
-        buffer_events=4,
-        client_stall_timeout_s=10.0,
-        consume=consume,
-    )
+    sink = Collect(on_put=drain_at_the_third)
+    outcome = await run(gateway, sink)
     assert outcome.cancelled == "shutdown"
-    error = items[-1]
+    error = sink.items[-1]
     assert isinstance(error, ShuttingDown)
     assert error.message == "the gateway shut down before the answer finished"
-    assert sum(isinstance(i, TextDelta) for i in items) < BURSTS * BURST
+    assert texts(sink.items) < BURSTS * BURST
+    assert sink.ended == 1
 
 
 async def test_the_watcher_cancels_the_request_s_scope(autojump_clock: trio.abc.Clock) -> None:
@@ -379,7 +383,26 @@ async def test_the_watcher_cancels_the_request_s_scope(autojump_clock: trio.abc.
         outcome.cancelled = "client_gone"
         scope.cancel()
 
-    outcome, items = await collect_all(gateway, watch=client_leaves)
+    sink = Collect()
+    outcome = await run(gateway, sink, watch=[client_leaves])
     assert outcome.cancelled == "client_gone"
     assert trio.current_time() - started == pytest.approx(1.0)
-    assert 0 < sum(isinstance(i, TextDelta) for i in items) < BURSTS * BURST
+    assert 0 < texts(sink.items) < BURSTS * BURST
+    assert sink.ended == 0  # nobody to end it for
+
+
+async def test_watchers_stop_when_the_answer_ends(autojump_clock: trio.abc.Clock) -> None:
+    gateway = router(fast_stream)
+    stopped: list[bool] = []
+
+    async def waits(scope: trio.CancelScope, outcome: Outcome) -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            stopped.append(True)
+
+    started = trio.current_time()
+    outcome = await run(gateway, Collect(), watch=[waits, waits])
+    assert outcome.cancelled is None
+    assert stopped == [True, True]
+    assert trio.current_time() == started

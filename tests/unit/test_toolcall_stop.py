@@ -446,14 +446,15 @@ async def serve(fields: dict[str, Any]) -> tuple[list[Event], Recorded, Upstream
     upstream = Upstream(provider(), None, client, connect=upstream_side.connect)
     events: list[Event] = []
 
-    async def emit(event: Event) -> None:
-        if isinstance(event, ToolCallDone):
-            # The upstream is already closed when the ending goes out: a client slow to take
-            # it does not keep the GPU generating.
-            assert upstream_side.streams[0]._closed is bool(
-                fields.get("parallel_tool_calls") is False
-            )
-        events.append(event)
+    async def emit(batch: list[Event]) -> None:
+        for event in batch:
+            if isinstance(event, ToolCallDone):
+                # The upstream is already closed when the ending goes out: a client slow to
+                # take it does not keep the GPU generating.
+                assert upstream_side.streams[0]._closed is bool(
+                    fields.get("parallel_tool_calls") is False
+                )
+        events.extend(batch)
 
     await upstream.stream_chat(request(**fields), emit)
     await client.aclose()

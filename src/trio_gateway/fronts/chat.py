@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import trio
 
@@ -10,17 +11,18 @@ from trio_gateway.auth import ApiKey
 from trio_gateway.config import ServerConfig
 from trio_gateway.errors import GatewayError, InternalError
 from trio_gateway.fronts.auth import authorize, with_session
+from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import (
     Receive,
     Send,
+    SSEAnswer,
     read_body,
     send_error,
     send_json,
-    stream_sse,
 )
 from trio_gateway.fronts.openai_chunks import ChunkEncoder, ResponseAccumulator, error_chunk
 from trio_gateway.pipeline import Router
-from trio_gateway.relay import CLIENT_GONE, ClientWritable, DropConnection, Item, Outcome, relay
+from trio_gateway.relay import CLIENT_GONE, DropConnection, Item, Outcome, Watch, relay
 from trio_gateway.request import parse_chat_request
 from trio_gateway.sse import DONE
 
@@ -40,6 +42,37 @@ async def watch_disconnect(
             return
 
 
+class WholeAnswer:
+    """A non-streamed answer, as the relay's sink: the events gathered, one JSON body at the end
+    (or the error that came instead)."""
+
+    def __init__(
+        self, send: Send, accumulator: ResponseAccumulator, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        self._send = send
+        self._accumulator = accumulator
+        self._headers = headers
+        self._error: GatewayError | None = None
+        self.answered = trio.Event()
+
+    async def put(self, items: Sequence[Item]) -> None:
+        for item in items:
+            if isinstance(item, GatewayError):
+                self._error = item
+            elif self._error is None:
+                self._accumulator.add(item)
+
+    async def end(self) -> None:
+        self.answered.set()
+        if self._error is not None:
+            await send_error(self._send, self._error, self._headers)
+        elif self._accumulator.finish_reason is None:
+            # The producer ended without an answer or an error: only cancellation does that.
+            await send_error(self._send, InternalError("the answer ended early"), self._headers)
+        else:
+            await send_json(self._send, 200, self._accumulator.result(), self._headers)
+
+
 async def handle_chat(
     router: Router,
     server: ServerConfig,
@@ -48,7 +81,7 @@ async def handle_chat(
     send: Send,
     drop_connection: DropConnection | None = None,
     key: ApiKey | None = None,
-    client_writable: ClientWritable | None = None,
+    client: ClientSocket | None = None,
     session_id: str | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
@@ -63,11 +96,7 @@ async def handle_chat(
     if admission is not None:
         extra_headers += admission.headers
 
-    answered = trio.Event()
-
-    async def watch(scope: trio.CancelScope, outcome: Outcome) -> None:
-        await watch_disconnect(receive, scope, outcome, answered)
-
+    sink: SSEAnswer | WholeAnswer
     if request.stream:
         encoder = ChunkEncoder(
             completion_id=completion_id,
@@ -81,49 +110,37 @@ async def handle_chat(
                 return error_chunk(item) + DONE
             return encoder.encode(item)
 
-        async def consume_stream(channel: trio.MemoryReceiveChannel[Item]) -> None:
-            await stream_sse(channel, send, render=render, headers=extra_headers, answered=answered)
-
-        return await relay(
-            request,
-            plan,
-            buffer_events=server.stream_buffer_events,
-            client_stall_timeout_s=server.client_stall_timeout_s,
-            consume=consume_stream,
-            watch=watch,
-            drop_connection=drop_connection,
-            client_writable=client_writable,
-            request_id=request_id,
-            admission=admission,
+        answered = trio.Event()
+        sink = SSEAnswer(
+            send,
+            render=render,
+            headers=extra_headers,
+            answered=answered,
+            stall_timeout_s=server.client_stall_timeout_s,
+            client=client,
+            drop=drop_connection,
         )
+    else:
+        sink = WholeAnswer(
+            send,
+            ResponseAccumulator(completion_id=completion_id, created=created, model=request.alias),
+            extra_headers,
+        )
+        answered = sink.answered
 
-    accumulator = ResponseAccumulator(
-        completion_id=completion_id, created=created, model=request.alias
-    )
+    async def watch(scope: trio.CancelScope, outcome: Outcome) -> None:
+        await watch_disconnect(receive, scope, outcome, answered)
 
-    async def consume_whole(channel: trio.MemoryReceiveChannel[Item]) -> None:
-        async for item in channel:
-            if isinstance(item, GatewayError):
-                answered.set()
-                await send_error(send, item, extra_headers)
-                return
-            accumulator.add(item)
-        answered.set()
-        if accumulator.finish_reason is None:
-            # The producer ended without an answer or an error: only cancellation does that.
-            await send_error(send, InternalError("the answer ended early"), extra_headers)
-            return
-        await send_json(send, 200, accumulator.result(), extra_headers)
-
+    watchers: list[Watch] = [watch]
+    if isinstance(sink, SSEAnswer) and client is None:
+        watchers.append(sink.watchdog)  # hypercorn's writes: no deadline of their own
     return await relay(
         request,
         plan,
-        buffer_events=server.stream_buffer_events,
+        sink=sink,
         client_stall_timeout_s=server.client_stall_timeout_s,
-        consume=consume_whole,
-        watch=watch,
+        watch=watchers,
         drop_connection=drop_connection,
-        client_writable=client_writable,
         request_id=request_id,
         admission=admission,
     )

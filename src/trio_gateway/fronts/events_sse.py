@@ -14,10 +14,11 @@ from trio_gateway.config import ServerConfig
 from trio_gateway.errors import InternalError
 from trio_gateway.fronts.auth import authorize, with_session
 from trio_gateway.fronts.chat import watch_disconnect
+from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.events_codec import EventEncoder, is_terminal, sse_frame
-from trio_gateway.fronts.http import Receive, Send, read_body, stream_sse
+from trio_gateway.fronts.http import Receive, Send, SSEAnswer, read_body
 from trio_gateway.pipeline import Router
-from trio_gateway.relay import ClientWritable, DropConnection, Item, Outcome, relay
+from trio_gateway.relay import DropConnection, Item, Outcome, Watch, relay
 from trio_gateway.request import parse_chat_request
 
 EVENTS_VERSION_HEADER = (b"x-gateway-events-version", b"1")
@@ -31,7 +32,7 @@ async def handle_events(
     send: Send,
     drop_connection: DropConnection | None = None,
     key: ApiKey | None = None,
-    client_writable: ClientWritable | None = None,
+    client: ClientSocket | None = None,
     session_id: str | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
@@ -62,26 +63,25 @@ async def handle_events(
         # Only cancellation ends a stream silently, and then this code is not running.
         return b"" if finished else render(InternalError("the answer ended early"))
 
-    async def consume(channel: trio.MemoryReceiveChannel[Item]) -> None:
-        await stream_sse(
-            channel,
-            send,
-            render=render,
-            headers=extra_headers,
-            answered=answered,
-            closing=closing,
-            extra_sse_headers=[EVENTS_VERSION_HEADER],
-        )
-
+    sink = SSEAnswer(
+        send,
+        render=render,
+        headers=extra_headers,
+        answered=answered,
+        stall_timeout_s=server.client_stall_timeout_s,
+        client=client,
+        drop=drop_connection,
+        closing=closing,
+        extra_sse_headers=[EVENTS_VERSION_HEADER],
+    )
+    watchers: list[Watch] = [watch] if client is not None else [watch, sink.watchdog]
     return await relay(
         request,
         plan,
-        buffer_events=server.stream_buffer_events,
+        sink=sink,
         client_stall_timeout_s=server.client_stall_timeout_s,
-        consume=consume,
-        watch=watch,
+        watch=watchers,
         drop_connection=drop_connection,
-        client_writable=client_writable,
         request_id=request_id,
         admission=admission,
     )

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 import trio
 
 from trio_gateway.access import current as current_request
 from trio_gateway.errors import BodyTooLarge, GatewayError, InternalError
+from trio_gateway.fronts.direct import ClientSocket, DirectBody
 from trio_gateway.fronts.openai_chunks import dumps
-from trio_gateway.relay import Item
+from trio_gateway.relay import CLIENT_STALL, DropConnection, Item, Outcome
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -103,56 +104,104 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-async def stream_sse(
-    channel: trio.MemoryReceiveChannel[Item],
-    send: Send,
-    *,
-    render: Callable[[Item], bytes],
-    headers: list[tuple[bytes, bytes]],
-    answered: trio.Event,
-    closing: Callable[[], bytes] = lambda: b"",
-    extra_sse_headers: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    """One SSE answer: the first item decides between an HTTP error and a 200 stream; then
-    every item rendered, what is already waiting joined into one write (fewer syscalls per
-    token), ``closing()`` appended once the channel ends, and ``answered`` set just before the
-    last write (hypercorn reports a disconnect after it too: that one is no cancellation)."""
-    try:
-        first = await channel.receive()
-    except trio.EndOfChannel:
-        first = InternalError("the answer ended before it began")
-    if isinstance(first, GatewayError):
-        answered.set()
-        await send_error(send, first, headers)
-        return
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": _started(200, [*SSE_HEADERS, *(extra_sse_headers or []), *headers]),
-        }
-    )
-    pending = [render(first)]
-    ended = False
-    while not ended:
+class SSEAnswer:
+    """One SSE answer, as the relay's sink: the first item decides between an HTTP error and a
+    200 stream; then each batch of items is rendered into one write. ``answered`` is set just
+    before the last write (hypercorn reports a disconnect after it too: that one is no
+    cancellation), and ``closing()`` is appended at the end.
+
+    With ``client`` (the connection's socket, for HTTP/1.x) the body goes straight to it
+    (``direct.py``): hypercorn writes only the head and the end. Otherwise (HTTP/2, or no socket
+    known) every write goes through hypercorn, which cannot be interrupted: :meth:`watchdog`
+    then drops a client whose write has been blocked for a whole stall period."""
+
+    def __init__(
+        self,
+        send: Send,
+        *,
+        render: Callable[[Item], bytes],
+        headers: list[tuple[bytes, bytes]],
+        answered: trio.Event,
+        stall_timeout_s: float,
+        client: ClientSocket | None = None,
+        drop: DropConnection | None = None,
+        closing: Callable[[], bytes] = lambda: b"",
+        extra_sse_headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        self._send = send
+        self._render = render
+        self._headers = headers
+        self._answered = answered
+        self._stall_timeout_s = stall_timeout_s
+        self._client = client
+        self._drop = drop
+        self._closing = closing
+        self._extra_sse_headers = extra_sse_headers or []
+        self._direct: DirectBody | None = None
+        self._started = False
+        self._ended = False
+        # For the watchdog: when the write in progress through hypercorn began.
+        self._writing_since: float | None = None
+
+    async def put(self, items: Sequence[Item]) -> None:
+        if self._ended:
+            return
+        if not self._started:
+            first = items[0]
+            if isinstance(first, GatewayError):
+                self._ended = True
+                self._answered.set()
+                await send_error(self._send, first, self._headers)
+                return
+            await self._start()
+        render = self._render
+        data = render(items[0]) if len(items) == 1 else b"".join([render(i) for i in items])
+        if self._direct is not None:
+            await self._direct.write(data)
+        elif data:
+            await self._send_body(data, more=True)
+
+    async def end(self) -> None:
+        if not self._started:
+            await self.put([InternalError("the answer ended before it began")])
+        if self._ended:
+            return
+        self._ended = True
+        tail = self._closing()
+        direct = self._direct
+        if direct is not None:
+            await direct.write(tail)
+            tail = b""
+            # hypercorn's write of the last chunk cannot be interrupted: room for it first.
+            await direct.wait_room()
+        self._answered.set()
+        await self._send_body(tail, more=False)
+
+    async def _start(self) -> None:
+        self._started = True
+        headers = [*SSE_HEADERS, *self._extra_sse_headers, *self._headers]
+        await self._send(
+            {"type": "http.response.start", "status": 200, "headers": _started(200, headers)}
+        )
+        if self._client is not None:
+            self._direct = self._client.body(self._stall_timeout_s)
+
+    async def _send_body(self, data: bytes, *, more: bool) -> None:
+        self._writing_since = trio.current_time()
+        await self._send({"type": "http.response.body", "body": data, "more_body": more})
+        self._writing_since = None
+
+    async def watchdog(self, scope: trio.CancelScope, outcome: Outcome) -> None:
+        """Without the socket, a client that stopped reading blocks hypercorn's write for good:
+        a write still in progress a stall period after it began drops the connection (which
+        fails the write), checked once a period (so within two)."""
+        period_s = self._stall_timeout_s
         while True:
-            try:
-                pending.append(render(channel.receive_nowait()))
-            except trio.WouldBlock:
-                break
-            except trio.EndOfChannel:
-                ended = True
-                break
-        if not ended and not pending:
-            try:
-                pending.append(render(await channel.receive()))
-            except trio.EndOfChannel:
-                ended = True
-        if ended:
-            pending.append(closing())
-        data = b"".join(pending)
-        pending.clear()
-        if data:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
-    answered.set()
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await trio.sleep(period_s)
+            since = self._writing_since
+            if since is not None and trio.current_time() - since >= period_s:
+                outcome.cancelled = outcome.cancelled or CLIENT_STALL
+                scope.cancel(reason=CLIENT_STALL)
+                if self._drop is not None:
+                    self._drop()
+                return

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -181,6 +181,34 @@ class _Request:
         await self._trigger.wait()
         outcome.cancelled = outcome.cancelled or self.cause
         scope.cancel(reason=self.cause)
+
+
+class _Events:
+    """One request's answer, as the relay's sink: each event queued for the socket's writer,
+    at once (the queue's bound, not the request, deals with a client that reads slowly)."""
+
+    def __init__(
+        self,
+        enqueue: Callable[[dict[str, Any]], None],
+        encoder: EventEncoder,
+        entry: _Request,
+        finish: Callable[[], None],
+    ) -> None:
+        self._enqueue = enqueue
+        self._encoder = encoder
+        self._entry = entry
+        self._finish = finish
+
+    async def put(self, items: Sequence[Item]) -> None:
+        for item in items:
+            if self._entry.finished:
+                return  # after the end; the producer stops on its own
+            self._enqueue(self._encoder.encode(item))
+            if is_terminal(item):
+                self._finish()
+
+    async def end(self) -> None:
+        pass
 
 
 class _Socket:
@@ -452,13 +480,7 @@ class _Socket:
             if not self._requests:
                 self._idle.set()
 
-        async def consume(channel: trio.MemoryReceiveChannel[Item]) -> None:
-            async for item in channel:
-                if entry.finished:
-                    continue  # draining after the end; the producer stops on its own
-                self._enqueue(encoder.encode(item))
-                if is_terminal(item):
-                    finish()
+        sink = _Events(self._enqueue, encoder, entry, finish)
 
         try:
             # Budgets and rate limits: awaited here, in the request's own task, not in dispatch.
@@ -479,10 +501,9 @@ class _Socket:
                 outcome = await relay(
                     request,
                     plan,
-                    buffer_events=server.stream_buffer_events,
+                    sink=sink,
                     client_stall_timeout_s=server.client_stall_timeout_s,
-                    consume=consume,
-                    watch=entry.watch,
+                    watch=[entry.watch],
                     request_id=entry.request_id,
                     admission=admission,
                 )

@@ -38,7 +38,8 @@ from trio_gateway.usage import UsageMeter
 
 log = logging.getLogger("trio_gateway")
 
-Emit = Callable[[Event], Awaitable[None]]
+# The events of one upstream read (or of a whole answer), in order; never empty.
+Emit = Callable[[list[Event]], Awaitable[None]]
 
 MAX_ERROR_BODY_BYTES = 64 * 1024
 # A whole (non-streamed) answer from a server that ignored "stream": bounded like everything.
@@ -130,7 +131,7 @@ class Upstream:
         """A real one-token generation with thinking off: proof that the provider generates,
         which its /health does not give. Raises a GatewayError when it does not."""
 
-        async def ignore(event: Event) -> None:
+        async def ignore(events: list[Event]) -> None:
             pass
 
         await self.stream_chat(self._probe_request, ignore)
@@ -257,8 +258,9 @@ class Upstream:
                 f"{self.name}: a whole answer larger than {MAX_WHOLE_BODY_BYTES} bytes",
                 provider=self.name,
             )
-        for event in self.dialect.parse_whole(self.name, body):
-            await emit(event)
+        events = self.dialect.parse_whole(self.name, body)
+        if events:
+            await emit(events)
 
     async def _relay(
         self,
@@ -316,12 +318,15 @@ class Upstream:
             rest = decoder.close()
         except SSEDecodeError as exc:
             raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
-        for sse in rest:
-            if sse.data:
-                for event in parser.feed(sse):
-                    await emit(event)
-        for event in parser.close():
-            await emit(event)
+        events = []
+        try:
+            for sse in rest:
+                if sse.data:
+                    events += parser.feed(sse)
+            events += parser.close()
+        finally:
+            if events:
+                await emit(events)
 
     async def _end_at_first_tool_call(
         self, response: H1Response, emit: Emit, parser: FirstToolCallOnly
@@ -331,8 +336,9 @@ class Upstream:
         await response.aclose()
         self.tool_call_early_stops += 1
         log.debug("%s: answer ended at its first tool call (parallel_tool_calls: false)", self.name)
-        for event in parser.close():
-            await emit(event)
+        events = parser.close()
+        if events:
+            await emit(events)
 
     async def _read_events(
         self,
@@ -356,14 +362,21 @@ class Upstream:
                 sses = decoder.feed(b"".join(parts))
             except SSEDecodeError as exc:
                 raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
-            for sse in sses:
-                if not sse.data:
-                    continue
-                for event in parser.feed(sse):
+            # One batch per read: a stream that is behind writes many chunks at once.
+            events: list[Event] = []
+            try:
+                for sse in sses:
+                    if sse.data:
+                        events += parser.feed(sse)
+                        if parser.done:
+                            break
+            finally:
+                # What came before an in-band error in the same read is the client's too.
+                if events:
                     timer.started = True
-                    await emit(event)
-                if parser.done:
-                    return
+                    await emit(events)
+            if parser.done:
+                return
 
 
 def _scrub(message: str, secret: str | None) -> str:
