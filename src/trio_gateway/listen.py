@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
 import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -32,6 +33,7 @@ from hypercorn.utils import repr_socket_addr
 log = logging.getLogger("trio_gateway")
 
 Peer = tuple[str, int]
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST
 
 
 class Connections:
@@ -57,12 +59,16 @@ class Connections:
 
     def abort(self, client: Any) -> bool:
         """Shut the connection of ``client`` (a scope's ``client`` value) down in both
-        directions: a write blocked on it fails at once. False when it is not open here."""
+        directions: a write blocked on it fails at once. Its close (hypercorn's, once the
+        handler has returned) is then a reset: what the kernel still holds for a client that
+        stalled is dropped, not trickled out to it before the end (at its pace, that took
+        longer than the stall period itself). False when it is not open here."""
         peer = _peer(client)
         stream = None if peer is None else self._streams.pop(peer, None)
         if stream is None:
             return False
         try:
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
             stream.socket.shutdown(socket.SHUT_RDWR)
         except OSError:
             return False

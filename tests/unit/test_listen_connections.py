@@ -3,6 +3,7 @@ for an answer written to it directly) and shut down."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from trio_gateway.listen import Connections
@@ -39,3 +40,25 @@ async def test_unknown_clients_have_no_socket_and_cannot_be_aborted() -> None:
         assert connections.abort(peer) is True
         assert connections.socket(peer) is None  # forgotten once dropped
         assert await client.receive_some(10) == b""
+
+
+async def test_an_aborted_connection_is_reset_not_trickled_out() -> None:
+    # A stalled client: the kernel holds what it has not taken. After the abort, the close
+    # discards it; the client learns of the end at once, not after reading all of it.
+    client, server, listener = await connected_pair()
+    async with listener:
+        connections = Connections()
+        connections.add(server)
+        written = 0
+        with trio.move_on_after(1):
+            while True:
+                await server.send_all(b"x" * 65536)
+                written += 65536
+        assert connections.abort(list(client.socket.getsockname())) is True
+        await server.aclose()
+        received = 0
+        with pytest.raises(trio.BrokenResourceError), trio.fail_after(5):
+            while data := await client.receive_some(65536):
+                received += len(data)
+        assert received < written
+        await client.aclose()
