@@ -176,6 +176,33 @@ async def test_close_idle_closes_every_idle_connection() -> None:
     assert pool.idle_count() == 0
 
 
+async def test_idle_connections_past_their_expiry_are_closed_while_nothing_else_happens(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    whole: list[bytes | None] = [HEAD, b"0\r\n\r\n"]
+    pool, _ = scripted_pool(whole, whole, whole)
+    first, second = await post(pool), await post(pool)
+    await first.read_limited(10)
+    await first.aclose()  # idle from 0 s
+    await trio.sleep(30)
+    await second.read_limited(10)
+    await second.aclose()  # idle from 30 s
+    assert pool.idle_count() == 2
+    await trio.sleep(29.9)
+    assert pool.close_expired() == 0
+    await trio.sleep(0.1)
+    assert pool.close_expired() == 1  # the first, at exactly 60 s
+    assert pool.idle_count() == 1
+    async with trio.open_nursery() as nursery:
+        await nursery.start(pool.expire_idle)
+        await trio.sleep(2 * pool.idle_expiry_s)
+        assert pool.idle_count() == 0  # the service's own look closed the second
+        nursery.cancel_scope.cancel()
+    # A new request dials anew: nothing stale was left to take.
+    third = await post(pool)
+    await third.read_limited(10)
+
+
 async def test_a_body_not_read_whole_is_closed() -> None:
     pool, opened = scripted_pool([HEAD, chunk(b"a"), None])
     response = await post(pool)

@@ -20,6 +20,7 @@ import os
 import select
 import ssl
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 import attrs
@@ -134,6 +135,35 @@ class H1Pool:
         for streams in idle.values():
             for stream, _ in streams:
                 _close_now(stream)
+
+    def close_expired(self) -> int:
+        """Close the idle connections older than ``idle_expiry_s``; how many were."""
+        now = trio.current_time()
+        closed = 0
+        for origin, idle in list(self._idle.items()):
+            # Oldest first (connections are appended as they come back): a prefix has expired.
+            fresh = 0
+            while fresh < len(idle) and now - idle[fresh][1] >= self.idle_expiry_s:
+                _close_now(idle[fresh][0])
+                fresh += 1
+            closed += fresh
+            if fresh == len(idle):
+                del self._idle[origin]
+            elif fresh:
+                del idle[:fresh]
+        return closed
+
+    async def expire_idle(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
+        """A gateway that goes quiet holds no connection past its expiry for long: one look
+        per ``idle_expiry_s`` (so each is closed within two of them), not only when the next
+        request comes. Thousands of streams that ended together left thousands of descriptors
+        open otherwise (docs/benchmarks.md, scenario D)."""
+        task_status.started()
+        while True:
+            await trio.sleep(self.idle_expiry_s)
+            self.close_expired()
 
     def put_idle(self, origin: Origin, stream: trio.abc.Stream) -> bool:
         idle = self._idle.setdefault(origin, [])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
 
 import attrs
 import httpx
@@ -126,6 +127,12 @@ class Upstream:
     def close_idle(self) -> None:
         """Close the idle upstream connections (a provider retired by a reload)."""
         self._h1.close_idle()
+
+    async def expire_idle(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
+        """Close idle connections past their expiry while the gateway is quiet, too."""
+        await self._h1.expire_idle(task_status=task_status)
 
     async def probe(self) -> None:
         """A real one-token generation with thinking off: proof that the provider generates,
