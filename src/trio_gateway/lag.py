@@ -16,17 +16,20 @@ interval below it.
 
 from __future__ import annotations
 
-from collections import deque
-
 
 class LagMeter:
     """Marks taken at most every ``mark_every_s``; at most ``max_marks`` kept (dropping the
-    oldest only loosens the bound: the next mark is later, so the age it gives is smaller)."""
+    oldest only loosens the bound: the next mark is later, so the age it gives is smaller).
+
+    One per streamed answer, thousands at once: the marks are a plain list (empty for a client
+    that keeps up, a few dozen at most for one that falls behind), not a deque, whose first
+    block alone is half a KiB."""
 
     def __init__(self, *, mark_every_s: float, max_marks: int) -> None:
         self.mark_every_s = mark_every_s
+        self.max_marks = max_marks
         self.written = 0  # bytes handed to the kernel so far
-        self._marks: deque[tuple[int, float]] = deque(maxlen=max_marks)
+        self._marks: list[tuple[int, float]] = []
         self._next_mark = float("-inf")
 
     def __len__(self) -> int:
@@ -49,11 +52,15 @@ class LagMeter:
             self._next_mark = now + self.mark_every_s
             return 0.0
         acked = self.written - unacked
-        while marks and marks[0][0] <= acked:
-            marks.popleft()  # every byte before it was taken
+        taken = 0
+        while taken < len(marks) and marks[taken][0] <= acked:
+            taken += 1  # every byte before it was taken
+        del marks[:taken]
         lag = now - marks[0][1] if marks else 0.0
         if now >= self._next_mark and (not marks or marks[-1][0] < self.written):
             # The earliest mark of a count is the tightest: a later one of the same is skipped.
             marks.append((self.written, now))
+            if len(marks) > self.max_marks:
+                del marks[0]
             self._next_mark = now + self.mark_every_s
         return lag

@@ -142,13 +142,14 @@ async def open_provider(
 async def serve_services(
     running: Running, *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED
 ) -> None:
-    """The provider's probes (and scrapes of a vLLM's /load and /metrics), and the expiry of
-    its idle connections, until the returned scope is cancelled; each first probe has run by
-    the time this has started."""
+    """The provider's probes (and scrapes of a vLLM's /load and /metrics), the keeper of its
+    streams' read deadlines and the expiry of its idle connections, until the returned scope
+    is cancelled; each first probe has run by the time this has started."""
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             for name, upstream, health in running.members():
                 await nursery.start(upstream.expire_idle)
+                await nursery.start(upstream.serve_read_deadlines)
                 if not upstream.config.probe:
                     continue
                 await nursery.start(

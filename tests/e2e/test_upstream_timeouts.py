@@ -70,3 +70,28 @@ async def test_silence_mid_answer_is_an_in_band_timeout() -> None:
         assert error["code"] == "upstream_timeout"
         assert "no data for 0.3 s" in error["message"]
         await wait_until(lambda: sim.engine.stats().aborts == 1)
+
+
+async def test_a_served_upstream_keeps_its_streams_deadlines_in_one_task() -> None:
+    # No watcher task per stream: the provider's services keep every stream's deadlines.
+    async with running_sim() as sim:
+        config = gateway_config(provider_toml("sim-a", sim.base_url, extra=TIMEOUTS))
+        slow = script(
+            {"text": "a"}, {"delay_s": 0.2}, {"text": "b"}, {"delay_s": 0.2}, {"text": "c"}
+        )
+        async with running_gateway(config) as gateway, httpx.AsyncClient() as client:
+            deadlines = gateway.router.upstreams["sim-a"].read_deadlines  # type: ignore[union-attr]
+            assert deadlines.running
+            async with client.stream(
+                "POST", gateway.base_url + "/v1/chat/completions", json=chat(slow, stream=True)
+            ) as response:
+                seen = []
+                lines = []
+                async for line in response.aiter_lines():
+                    lines.append(line)
+                    if line.startswith("data: {"):
+                        seen.append(len(deadlines))
+            # Kept while it reads; the last chunks come out after its reads have ended.
+            assert seen[:3] == [1, 1, 1]
+            assert len(deadlines) == 0
+            assert response.status_code == 200 and "data: [DONE]" in lines

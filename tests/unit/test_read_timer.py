@@ -1,4 +1,5 @@
-"""The upstream read deadline: one watcher task per stream instead of a cancel scope per read."""
+"""The upstream read deadline: a watcher per upstream (or per stream) instead of a cancel scope
+per read."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import trio
 import trio.testing
 
-from trio_gateway.providers.read_timer import ReadTimer
+from trio_gateway.providers.read_timer import ReadDeadlines, ReadTimer
 
 
 async def _reads(timer: ReadTimer, gaps: list[float], emit_s: float = 0.0) -> int:
@@ -73,3 +74,68 @@ def test_due() -> None:
     assert timer.due() == math.inf  # not reading
     timer.read_since = 10.0
     assert timer.due() == 12.0
+
+
+# --- one keeper for every stream of an upstream ------------------------------------------------
+
+
+async def _kept_reads(
+    deadlines: ReadDeadlines, timer: ReadTimer, gaps: list[float], cut_at: list[float]
+) -> None:
+    with timer.scope, deadlines.keeping(timer):
+        for gap in gaps:
+            timer.reading()
+            await trio.sleep(gap)
+            timer.read_done()
+            timer.started = True
+    if timer.scope.cancelled_caught:
+        cut_at.append(trio.current_time())
+
+
+async def test_one_keeper_cuts_each_stream_exactly_at_its_own_deadline(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    deadlines = ReadDeadlines()
+    start = trio.current_time()
+    cuts: dict[str, list[float]] = {}
+    streams = {
+        "fine": (ReadTimer(first_deadline=start + 5, idle_s=2.0), [1.0, 1.9, 1.9, 1.9]),
+        "idle": (ReadTimer(first_deadline=start + 5, idle_s=2.0), [1.0, 1.5, 10.0]),
+        "first": (ReadTimer(first_deadline=start + 3, idle_s=60.0), [10.0]),
+        "late idle": (ReadTimer(first_deadline=start + 5, idle_s=0.5), [0.4] * 10 + [9.0]),
+    }
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.serve)
+        assert deadlines.running
+        async with trio.open_nursery() as streams_nursery:
+            for name, (timer, gaps) in streams.items():
+                streams_nursery.start_soon(
+                    _kept_reads, deadlines, timer, gaps, cuts.setdefault(name, [])
+                )
+        assert len(deadlines) == 0  # every stream left
+        nursery.cancel_scope.cancel()
+    assert not deadlines.running
+    assert cuts["fine"] == [] and streams["fine"][0].expired is None
+    assert cuts["idle"] == [start + 1.0 + 1.5 + 2.0] and streams["idle"][0].expired == "idle"
+    assert cuts["first"] == [start + 3] and streams["first"][0].expired == "first"
+    assert cuts["late idle"] == [start + 4.0 + 0.5]
+
+
+async def test_a_stream_added_with_an_earlier_deadline_wakes_the_keeper(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    deadlines = ReadDeadlines()
+    start = trio.current_time()
+    far: list[float] = []
+    near: list[float] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(deadlines.serve)
+        far_timer = ReadTimer(first_deadline=start + 100, idle_s=1000.0)
+        nursery.start_soon(_kept_reads, deadlines, far_timer, [500.0], far)
+        await trio.sleep(1.0)  # the keeper now sleeps until 100 s
+        near_timer = ReadTimer(first_deadline=start + 3, idle_s=1000.0)
+        await _kept_reads(deadlines, near_timer, [500.0], near)
+        assert near == [start + 3]  # not at 100 s: the add moved the keeper's wake
+        await trio.sleep(200)
+        assert far == [start + 100]
+        nursery.cancel_scope.cancel()

@@ -28,7 +28,7 @@ from trio_gateway.providers import dialect_for
 from trio_gateway.providers.dialect import Dialect, StreamParser, UpstreamCall
 from trio_gateway.providers.h1_client import H1Pool, H1Response, Origin
 from trio_gateway.providers.httpx_errors import read_limited
-from trio_gateway.providers.read_timer import ReadTimer
+from trio_gateway.providers.read_timer import ReadDeadlines, ReadTimer
 from trio_gateway.providers.translate import REDACTED, redact_credentials
 from trio_gateway.providers.vertex_auth import TokenSource
 from trio_gateway.providers.vllm_signals import PrefixCacheRate, ReplicaSignals, parse_vllm_metrics
@@ -80,6 +80,9 @@ class Upstream:
         # Answers ended at their first complete tool call (toolcall_stop.py); read at scrape
         # time (metrics.ToolCallStopCollector).
         self.tool_call_early_stops = 0
+        # The streams' read deadlines, kept by one task (read_timer.py; started with the
+        # provider's services, as serve_read_deadlines).
+        self.read_deadlines = ReadDeadlines()
         # Attempts running on this upstream (pipeline._attempt): a provider retired by a reload
         # closes its connections once this is 0 (its gate may be shared with its successor).
         self.active = 0
@@ -127,6 +130,12 @@ class Upstream:
     def close_idle(self) -> None:
         """Close the idle upstream connections (a provider retired by a reload)."""
         self._h1.close_idle()
+
+    async def serve_read_deadlines(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
+        """Keep every stream's read deadlines (without it, each stream keeps its own)."""
+        await self.read_deadlines.serve(task_status=task_status)
 
     async def expire_idle(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -293,18 +302,11 @@ class Upstream:
         config = self.config
         decoder = SSEDecoder()
         timer = ReadTimer(first_deadline=first_deadline, idle_s=config.idle_timeout_s)
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(timer.watch)
-                with timer.scope:
-                    await self._read_events(response, decoder, parser, emit, timer)
-                nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # The watcher raises nothing of its own: a lone error is the reads', and callers
-            # (failover, the error answer) expect it as it is, not wrapped.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
+        if self.read_deadlines.running:
+            with timer.scope, self.read_deadlines.keeping(timer):
+                await self._read_events(response, decoder, parser, emit, timer)
+        else:
+            await self._read_watched(response, decoder, parser, emit, timer)
         if timer.expired is not None:
             if timer.expired == "idle":
                 message = f"no data for {config.idle_timeout_s:g} s"
@@ -334,6 +336,29 @@ class Upstream:
         finally:
             if events:
                 await emit(events)
+
+    async def _read_watched(
+        self,
+        response: H1Response,
+        decoder: SSEDecoder,
+        parser: StreamParser,
+        emit: Emit,
+        timer: ReadTimer,
+    ) -> None:
+        """The reads with a watcher of their own: an upstream used without its services (a
+        test, a tool) still keeps its deadlines."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(timer.watch)
+                with timer.scope:
+                    await self._read_events(response, decoder, parser, emit, timer)
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The watcher raises nothing of its own: a lone error is the reads', and callers
+            # (failover, the error answer) expect it as it is, not wrapped.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     async def _end_at_first_tool_call(
         self, response: H1Response, emit: Emit, parser: FirstToolCallOnly
