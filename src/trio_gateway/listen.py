@@ -20,15 +20,17 @@ import struct
 import weakref
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
-from hypercorn.typing import ConnectionState
-from hypercorn.utils import repr_socket_addr
+from hypercorn.typing import ConnectionState, Framework
+from hypercorn.utils import repr_socket_addr, wrap_app
+
+from trio_gateway.fronts.h1_serve import H1Server
 
 log = logging.getLogger("trio_gateway")
 
@@ -112,11 +114,27 @@ async def serve_asgi(
     connections: Connections,
     *,
     shutdown_trigger: Callable[[], Awaitable[None]],
+    write_timeout_s: float,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` (already wrapped for hypercorn) on ``sockets`` until ``shutdown_trigger``
-    returns; then stop accepting and give open connections ``config.graceful_timeout``."""
+    """Serve the ASGI ``app`` on ``sockets`` until ``shutdown_trigger`` returns; then stop
+    accepting and give open connections ``config.graceful_timeout``.
+
+    HTTP/1.x is the gateway's own server (``fronts/h1_serve.py``); a WebSocket upgrade, h2c and
+    HTTP/2 are handed to hypercorn's, with hypercorn's ``config`` (its keep-alive timeout is
+    the other's too)."""
     context = WorkerContext(None)
+    wrapped = wrap_app(cast("Framework", app), config.wsgi_max_body_size, "asgi")
+
+    async def hypercorn(stream: trio.abc.Stream) -> None:
+        await TCPServer(wrapped, config, context, ConnectionState({}), stream)  # type: ignore[arg-type]
+
+    h1 = H1Server(
+        app,
+        hypercorn,
+        keep_alive_timeout_s=config.keep_alive_timeout,
+        write_timeout_s=write_timeout_s,
+    )
     listeners = []
     binds = []
     for sock in sockets.insecure_sockets:
@@ -138,14 +156,12 @@ async def serve_asgi(
                 nursery.start_soon(stop_when_triggered)
                 nursery.start_soon(
                     partial(
-                        trio.serve_listeners,
-                        partial(TCPServer, app, config, context, ConnectionState({})),
-                        listeners,
-                        handler_nursery=server_nursery,
+                        trio.serve_listeners, h1.serve, listeners, handler_nursery=server_nursery
                     )
                 )
         except* _Shutdown:
             pass
         finally:
+            h1.terminate()
             await context.terminated.set()
             server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout

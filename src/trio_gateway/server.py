@@ -8,14 +8,11 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
-from typing import cast
 
 import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
-from hypercorn.typing import Framework
-from hypercorn.utils import wrap_app
 
 from trio_gateway.accounting import open_limits
 from trio_gateway.app import GatewayApp
@@ -283,11 +280,14 @@ async def _serve_gateway(
         async def run_app(*, task_status: trio.TaskStatus[list[str]]) -> None:
             try:
                 await serve_asgi(
-                    wrap_app(cast("Framework", app), hc.wsgi_max_body_size, "asgi"),
+                    app,
                     hc,
                     sockets,
                     connections,
                     shutdown_trigger=drain_then_stop,
+                    # A client that takes nothing for this long is not worth a connection; an
+                    # answer's own stall deadline acts first (relay, fronts/direct.py).
+                    write_timeout_s=config.server.client_stall_timeout_s + STALL_DROP_MARGIN_S,
                     task_status=task_status,
                 )
             finally:

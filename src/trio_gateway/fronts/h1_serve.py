@@ -1,0 +1,475 @@
+"""The gateway's own HTTP/1.x server: one task per connection, the ASGI app called directly.
+
+hypercorn serves a request through a task of its own for the app, memory channels for its
+messages, an idle-timer task restarted per request and four awaiting layers per write: 2.06M
+instructions per request with an app that does nothing, twice the whole per-request budget of
+issue 12 (docs/benchmarks.md, scenario A). Here a connection is one loop in one task: read a head
+(``h1_parse.py``), call the app with a ``receive`` and a ``send`` that read and write the socket
+themselves, write the answer with one non-blocking ``send`` where the kernel has room, and go on
+to the next request of a keep-alive connection.
+
+What this server does not speak it hands on, with the bytes it read, to hypercorn's own
+connection handler: a WebSocket upgrade (the gateway's ``/v1/ws``), any other ``Upgrade`` (h2c),
+and HTTP/2 with prior knowledge. Both serve the same app on the same port.
+
+ASGI as the app needs it (ASGI 3.0, the ``http`` scope): ``receive`` gives the body as it comes,
+then waits until the client goes away (``http.disconnect``, which is also what it gives once the
+answer has been sent, as hypercorn does); ``send`` takes ``http.response.start`` and
+``http.response.body``. A body the app sends without a ``content-length`` is chunked (HTTP/1.1)
+or ends with the connection (HTTP/1.0); the head of such an answer is written at once, so the
+app may write the body's chunks to the socket itself (``direct.py``) before it ends the body
+here. The connection is kept only after a whole request was read and a whole answer written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import unquote
+
+import trio
+
+from trio_gateway.fronts.h1_parse import (
+    H2_PREFACE_LINE,
+    MAX_HEAD_BYTES,
+    RequestHead,
+    RequestHeadError,
+    ResponseHead,
+    encode_response_head,
+    error_response,
+    find_head_end,
+    parse_request_head,
+)
+from trio_gateway.providers.h1 import ChunkedBody, H1Error
+
+log = logging.getLogger("trio_gateway")
+
+READ_BYTES = 65536
+# A closing connection's unread bytes are read and dropped for this long, or this many.
+LINGER_S = 2.0
+LINGER_BYTES = 1 << 20
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+ASGI = {"version": "3.0", "spec_version": "2.3"}
+
+Message = MutableMapping[str, Any]
+App = Callable[
+    [Message, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
+    Awaitable[None],
+]
+HandOff = Callable[[trio.abc.Stream], Awaitable[None]]
+
+
+class _Closed(Exception):
+    """The client's side is gone (reset, closed, or silent past a deadline)."""
+
+
+class H1Server:
+    """Serves the HTTP/1.x connections of one listening socket.
+
+    ``keep_alive_timeout_s`` bounds the wait for a request's head (the first one's too) and
+    between the pieces of its body; ``write_timeout_s`` a write the kernel will not take.
+    :meth:`terminate` (the end of a drain): connections waiting for a request close, the
+    others close after the answer they are giving."""
+
+    def __init__(
+        self,
+        app: App,
+        hand_off: HandOff,
+        *,
+        keep_alive_timeout_s: float,
+        write_timeout_s: float,
+    ) -> None:
+        self.app = app
+        self.hand_off = hand_off
+        self.keep_alive_timeout_s = keep_alive_timeout_s
+        self.write_timeout_s = write_timeout_s
+        self.terminated = False
+        self._idle: set[trio.CancelScope] = set()
+        self._date = b""
+        self._date_at = -1
+
+    def terminate(self) -> None:
+        self.terminated = True
+        for scope in self._idle:
+            scope.cancel()
+
+    def date(self) -> bytes:
+        now = int(time.time())
+        if now != self._date_at:
+            self._date_at = now
+            self._date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now)).encode()
+        return self._date
+
+    async def serve(self, stream: trio.SocketStream) -> None:
+        """Serve one connection until it ends, then close it."""
+        try:
+            await _Connection(self, stream).run()
+        except _Closed:
+            pass
+        finally:
+            await trio.aclose_forcefully(stream)
+
+
+class _Connection:
+    def __init__(self, server: H1Server, stream: trio.SocketStream) -> None:
+        self.server = server
+        self.stream = stream
+        self.sock = stream.socket
+        self.buffer = b""  # read, not yet part of a request
+        self.whole = b""  # the head just read, its blank line included (for a hand-off)
+        try:
+            self.client: tuple[str, int] | None = _address(self.sock.getpeername())
+            self.local: tuple[str, int] | None = _address(self.sock.getsockname())
+        except OSError:
+            self.client = self.local = None
+
+    async def run(self) -> None:
+        server = self.server
+        while not server.terminated:
+            head_bytes = await self._read_head()
+            if head_bytes is None:
+                return
+            block, rest = head_bytes
+            if block == H2_PREFACE_LINE:
+                await server.hand_off(_Replay(self.stream, self.whole + rest))
+                return
+            try:
+                head = parse_request_head(block)
+            except RequestHeadError as exc:
+                await self._refuse(exc.status, exc.message)
+                return
+            if head.upgrade:
+                await server.hand_off(_Replay(self.stream, self.whole + rest))
+                return
+            request = _Request(self, head, rest)
+            await request.serve()
+            if not request.reusable():
+                if not request.client_gone:
+                    await self._linger()
+                return
+            self.buffer = request.leftover()
+
+    async def _linger(self) -> None:
+        """Close gently: what the client sent and nobody read (a body refused before it was
+        read, a pipelined request) would make the kernel answer the close with a reset, which
+        can destroy the answer just written before the client reads it. So: our end first, then
+        read and drop what comes, briefly, until the client closes too."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+        dropped = 0
+        with trio.move_on_after(LINGER_S):
+            while dropped < LINGER_BYTES:
+                try:
+                    data = await _read(self.sock)
+                except _Closed:
+                    return
+                if not data:
+                    return
+                dropped += len(data)
+
+    async def _read_head(self) -> tuple[bytes, bytes] | None:
+        """The next head and what followed it; None when the client closed or went quiet, or
+        the server is stopping."""
+        buffer = self.buffer
+        searched = 0
+        with trio.CancelScope() as idle:
+            idle.deadline = trio.current_time() + self.server.keep_alive_timeout_s
+            self.server._idle.add(idle)
+            try:
+                while True:
+                    found = find_head_end(buffer, searched)
+                    if found is not None:
+                        end, body = found
+                        self.whole = buffer[:body]
+                        return buffer[:end], buffer[body:]
+                    if len(buffer) > MAX_HEAD_BYTES:
+                        await self._refuse(
+                            431, f"a request head larger than {MAX_HEAD_BYTES} bytes"
+                        )
+                        return None
+                    searched = len(buffer)
+                    data = await _read(self.sock)
+                    if not data:
+                        return None
+                    buffer += data
+            finally:
+                self.server._idle.discard(idle)
+        return None  # the deadline, or the server's end
+
+    async def _refuse(self, status: int, message: str) -> None:
+        body = json.dumps(
+            {
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "code": "malformed_http",
+                    "param": None,
+                }
+            }
+        ).encode()
+        with trio.move_on_after(self.server.write_timeout_s):
+            await _write(self.sock, error_response(status, body, date=self.server.date()))
+
+
+class _Request:
+    """One request on a connection: its ASGI scope, ``receive`` and ``send``."""
+
+    def __init__(self, conn: _Connection, head: RequestHead, rest: bytes) -> None:
+        self.conn = conn
+        self.head = head
+        self.rest = rest  # read past the head: the body's first bytes, maybe more
+        self.body_done = head.framing == "none"
+        self.remaining = head.content_length if head.framing == "length" else 0
+        self.chunked = ChunkedBody() if head.framing == "chunked" else None
+        self.pipelined = b""  # the next request's bytes, read while waiting for a disconnect
+        self.continue_sent = not head.expect_continue
+        self.response: ResponseHead | None = None
+        self.pending = b""  # a head kept back to go out with the first body bytes
+        self.sent = 0
+        self.done = False  # the whole answer was handed to the kernel
+        self.broken = False  # a write failed part-way, or the app wrote past its length
+        self.client_gone = False
+        self._watch: trio.CancelScope | None = None
+
+    def reusable(self) -> bool:
+        return (
+            self.done
+            and self.body_done
+            and not self.broken
+            and not self.client_gone
+            and self.response is not None
+            and not self.response.close
+            and not self.conn.server.terminated
+        )
+
+    def leftover(self) -> bytes:
+        return self.rest + self.pipelined
+
+    async def serve(self) -> None:
+        head = self.head
+        path, _, query = head.target.partition(b"?")
+        scope: Message = {
+            "type": "http",
+            "asgi": ASGI,
+            "http_version": head.http_version,
+            "method": head.method,
+            "scheme": "http",
+            "path": unquote(path.decode("ascii")),
+            "raw_path": path,
+            "query_string": query,
+            "root_path": "",
+            "headers": head.headers,
+            "client": self.conn.client,
+            "server": self.conn.local,
+            "extensions": {},
+        }
+        try:
+            await self.conn.server.app(scope, self.receive, self.send)
+        except Exception:
+            log.exception("the app failed on %s %s", head.method, scope["path"][:200])
+            self.broken = True
+            if self.response is None:
+                await self.conn._refuse(500, "internal error")
+
+    # --- receive ------------------------------------------------------------------------------
+
+    async def receive(self) -> Message:
+        if not self.body_done:
+            try:
+                body = await self._body_piece()
+            except _Closed:
+                self.client_gone = True
+                return {"type": "http.disconnect"}
+            return {"type": "http.request", "body": body, "more_body": not self.body_done}
+        return await self._wait_disconnect()
+
+    async def _body_piece(self) -> bytes:
+        if not self.continue_sent:
+            self.continue_sent = True
+            if self.response is None:
+                await self._write(CONTINUE)
+        while True:
+            data, self.rest = self.rest, b""
+            if not data:
+                with trio.move_on_after(self.conn.server.keep_alive_timeout_s) as late:
+                    data = await _read(self.conn.sock)
+                if late.cancelled_caught or not data:
+                    raise _Closed
+            if self.chunked is not None:
+                try:
+                    pieces = self.chunked.feed(data)
+                except H1Error as exc:
+                    self.broken = True
+                    raise _Closed from exc
+                if self.chunked.done:
+                    self.body_done = True
+                    self.rest = self.chunked.leftover
+                body = b"".join(pieces)
+            else:
+                body, self.rest = data[: self.remaining], data[self.remaining :]
+                self.remaining -= len(body)
+                self.body_done = not self.remaining
+            if body or self.body_done:
+                return body
+
+    async def _wait_disconnect(self) -> Message:
+        """Until the client goes away or the answer has been sent; a pipelined next request
+        read meanwhile is kept (up to a head's bound, then the socket is left alone)."""
+        sock = self.conn.sock
+        while not self.done and not self.client_gone:
+            with trio.CancelScope() as self._watch:
+                if len(self.pipelined) > MAX_HEAD_BYTES:
+                    await trio.sleep_forever()
+                await trio.lowlevel.wait_readable(sock)
+            self._watch = None
+            if self.done:
+                break
+            try:
+                data = os.read(sock.fileno(), READ_BYTES)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                self.client_gone = True
+                break
+            self.pipelined += data
+        return {"type": "http.disconnect"}
+
+    # --- send ---------------------------------------------------------------------------------
+
+    async def send(self, message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self.response is not None:
+                raise RuntimeError("http.response.start sent twice")
+            server = self.conn.server
+            self.response = encode_response_head(
+                int(message["status"]),
+                message.get("headers", ()),
+                http_version=self.head.http_version,
+                keep_alive=self.head.keep_alive and not server.terminated,
+                date=server.date(),
+                head_request=self.head.method == "HEAD",
+            )
+            if self.response.framing in ("chunked", "close"):
+                # A stream: its head goes now (the app may write the body itself, direct.py).
+                await self._write(self.response.data)
+            else:
+                self.pending = self.response.data
+        elif kind == "http.response.body":
+            response = self.response
+            if response is None:
+                raise RuntimeError("http.response.body before http.response.start")
+            if self.done:
+                return
+            body = bytes(message.get("body", b""))
+            more = bool(message.get("more_body", False))
+            framing = response.framing
+            if framing == "chunked":
+                data = b"%x\r\n%b\r\n" % (len(body), body) if body else b""
+                if not more:
+                    data += b"0\r\n\r\n"
+            elif framing == "none":
+                data = b""
+            else:
+                data = body
+                self.sent += len(body)
+                if framing == "length" and self.sent > response.content_length:
+                    self.broken = True  # the app wrote past its own content-length
+                    raise RuntimeError("more body than the content-length")
+            if self.pending:
+                data, self.pending = self.pending + data, b""
+            if data:
+                await self._write(data)
+            if not more:
+                if framing == "length" and self.sent < response.content_length:
+                    self.broken = True
+                self.done = True
+                if self._watch is not None:
+                    self._watch.cancel()
+        else:
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+
+    async def _write(self, data: bytes) -> None:
+        try:
+            with trio.move_on_after(self.conn.server.write_timeout_s) as late:
+                await _write(self.conn.sock, data)
+        except _Closed:
+            self.broken = self.client_gone = True
+            return
+        if late.cancelled_caught:
+            self.broken = True
+
+
+async def _read(sock: trio.socket.SocketType) -> bytes:
+    """One read: wait, then read (one trip through the scheduler; h1_client._read_socket)."""
+    while True:
+        await trio.lowlevel.wait_readable(sock)
+        try:
+            return os.read(sock.fileno(), READ_BYTES)
+        except BlockingIOError:
+            continue
+        except OSError as exc:
+            raise _Closed from exc
+
+
+async def _write(sock: trio.socket.SocketType, data: bytes) -> None:
+    """All of ``data`` to the kernel: at once when it has room, else as it makes room. A
+    write given up on part-way leaves the connection unusable (the caller closes it)."""
+    view = memoryview(data)
+    while view:
+        fd = sock.fileno()
+        if fd < 0:
+            raise _Closed
+        try:
+            sent = os.write(fd, view)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            raise _Closed from exc
+        view = view[sent:]
+        if view:
+            await trio.lowlevel.wait_writable(sock)
+
+
+def _address(address: Any) -> tuple[str, int] | None:
+    if isinstance(address, tuple) and len(address) >= 2:
+        return (str(address[0]), int(address[1]))
+    return None
+
+
+class _Replay(trio.abc.HalfCloseableStream):
+    """A connection handed to hypercorn: the bytes already read come first. hypercorn looks
+    for ``socket`` (peer and local addresses) and, on TLS streams only, ``do_handshake``."""
+
+    def __init__(self, stream: trio.SocketStream, prefix: bytes) -> None:
+        self._stream = stream
+        self._prefix = prefix
+        self.socket = stream.socket
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            data, self._prefix = self._prefix, b""
+            await trio.lowlevel.checkpoint()
+            return data
+        return bytes(await self._stream.receive_some(max_bytes))
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self._stream.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
