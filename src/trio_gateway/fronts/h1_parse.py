@@ -181,7 +181,10 @@ def encode_response_head(
         if not _TOKEN.fullmatch(name) or b"\r" in value or b"\n" in value or b"\0" in value:
             raise ValueError(f"invalid response header {name[:40]!r}")
         if name == b"content-length":
+            if not value.isdigit():
+                raise ValueError(f"not a content-length: {value[:20]!r}")
             length = int(value)
+            continue  # written below, once, where the framing is decided
         elif name == b"transfer-encoding":
             continue  # the framing is the server's to choose
         elif name == b"connection":

@@ -185,11 +185,11 @@ class _Connection:
             try:
                 while True:
                     found = find_head_end(buffer, searched)
-                    if found is not None:
+                    if found is not None and found[0] <= MAX_HEAD_BYTES:
                         end, body = found
                         self.whole = buffer[:body]
                         return buffer[:end], buffer[body:]
-                    if len(buffer) > MAX_HEAD_BYTES:
+                    if found is not None or len(buffer) > MAX_HEAD_BYTES:
                         await self._refuse(
                             431, f"a request head larger than {MAX_HEAD_BYTES} bytes"
                         )
@@ -225,7 +225,8 @@ class _Request:
         self.conn = conn
         self.head = head
         self.rest = rest  # read past the head: the body's first bytes, maybe more
-        self.body_done = head.framing == "none"
+        self.body_done = head.framing == "none"  # read whole from the socket
+        self.body_given = False  # and handed to the app whole
         self.remaining = head.content_length if head.framing == "length" else 0
         self.chunked = ChunkedBody() if head.framing == "chunked" else None
         self.pipelined = b""  # the next request's bytes, read while waiting for a disconnect
@@ -281,14 +282,18 @@ class _Request:
     # --- receive ------------------------------------------------------------------------------
 
     async def receive(self) -> Message:
+        if self.body_given:
+            return await self._wait_disconnect()
+        body = b""
         if not self.body_done:
             try:
                 body = await self._body_piece()
             except _Closed:
                 self.client_gone = True
                 return {"type": "http.disconnect"}
-            return {"type": "http.request", "body": body, "more_body": not self.body_done}
-        return await self._wait_disconnect()
+        # The last piece, or the one empty message of a request without a body.
+        self.body_given = self.body_done
+        return {"type": "http.request", "body": body, "more_body": not self.body_done}
 
     async def _body_piece(self) -> bytes:
         if not self.continue_sent:
