@@ -21,7 +21,7 @@ from trio_gateway.cli_usage import usage_main
 from trio_gateway.config import DEFAULT_CONFIG_NAME, ConfigError, GatewayConfig, load_config
 from trio_gateway.reloader import LoadConfig
 from trio_gateway.sd_notify import notify, reloading
-from trio_gateway.server import GatewayHandle, serve_gateway
+from trio_gateway.server import GatewayHandle, freeze_start_up, serve_gateway
 from trio_gateway.sim import sim_main
 from trio_gateway.workers import serve_workers
 
@@ -119,6 +119,7 @@ async def _serve_until_signalled(
                 nursery.cancel_scope.cancel()
 
             handle: GatewayHandle = await nursery.start(serve)
+            freeze_start_up()
             # A worker's supervisor speaks for it to systemd (its environment has no socket).
             notify(f"READY=1\nSTATUS=serving on {handle.base_url}")
 
