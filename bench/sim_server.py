@@ -8,7 +8,7 @@ benchmark needs, added here rather than in the simulator.
   ``n_tokens`` tells which request it was (the benchmark gives the one it cancels a length no
   other request has).
 - **A listen backlog** (``--backlog``, default 2048, uvicorn's and so vLLM's default): 5,000
-  clients connecting at once would otherwise overflow hypercorn's default of 100 and measure the
+  clients connecting at once would otherwise overflow a small default and measure the
   simulator's accept queue, not what is in front of it.
 
     python -m bench.sim_server --abort-log aborts.txt --backlog 2048 -- --max-num-seqs 64 ...
@@ -19,6 +19,7 @@ Everything after ``--`` is a ``python -m trio_gateway.sim`` flag.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import sys
@@ -27,18 +28,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
-import hypercorn.trio
-import hypercorn.typing
 import trio
 
 from bench.procstat import raise_nofile_limit
-from trio_gateway.sim.app import SimApp
 from trio_gateway.sim.cli import parse_args as parse_sim_args
 from trio_gateway.sim.config import SimConfig
 from trio_gateway.sim.engine import SimEngine, SimSequence
-from trio_gateway.sim.server import _hypercorn_config
+from trio_gateway.sim.server import SimHandle, serve_sim
 
 DEFAULT_BACKLOG = 2048
 
@@ -66,14 +64,15 @@ class AbortLoggingEngine(SimEngine):
 
 async def serve(config: SimConfig, host: str, port: int, backlog: int, log: IO[str]) -> None:
     engine = AbortLoggingEngine(config, log)
-    app = cast(hypercorn.typing.ASGIFramework, SimApp(engine))
-    hc = _hypercorn_config(config, host, port)
-    hc.backlog = backlog
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(engine.run)
-            binds = await nursery.start(partial(hypercorn.trio.serve, app, hc, mode="asgi"))
-            print(f"bench simulator on {binds[0]}/v1 (backlog {backlog})", flush=True)
+            handle: SimHandle = await nursery.start(
+                partial(serve_sim, config, host=host, port=port, backlog=backlog, engine=engine)
+            )
+            # What is alive once serving lives as long as the process (server.freeze_start_up).
+            gc.collect()
+            gc.freeze()
+            print(f"bench simulator on {handle.base_url}/v1 (backlog {backlog})", flush=True)
             async for _ in signals:
                 nursery.cancel_scope.cancel()
                 break

@@ -107,6 +107,19 @@ class _Shutdown(Exception):
     pass
 
 
+def hypercorn_hand_off(
+    app: Any, config: HypercornConfig, context: WorkerContext
+) -> Callable[[trio.abc.Stream], Awaitable[None]]:
+    """A connection (its bytes read so far replayed first) served by hypercorn's own
+    handler: what the HTTP/1.x server does not speak (WebSocket, HTTP/2)."""
+    wrapped = wrap_app(cast("Framework", app), config.wsgi_max_body_size, "asgi")
+
+    async def serve(stream: trio.abc.Stream) -> None:
+        await TCPServer(wrapped, config, context, ConnectionState({}), stream)  # type: ignore[arg-type]
+
+    return serve
+
+
 async def serve_asgi(
     app: Any,
     config: HypercornConfig,
@@ -124,14 +137,9 @@ async def serve_asgi(
     HTTP/2 are handed to hypercorn's, with hypercorn's ``config`` (its keep-alive timeout is
     the other's too)."""
     context = WorkerContext(None)
-    wrapped = wrap_app(cast("Framework", app), config.wsgi_max_body_size, "asgi")
-
-    async def hypercorn(stream: trio.abc.Stream) -> None:
-        await TCPServer(wrapped, config, context, ConnectionState({}), stream)  # type: ignore[arg-type]
-
     h1 = H1Server(
         app,
-        hypercorn,
+        hypercorn_hand_off(app, config, context),
         keep_alive_timeout_s=config.keep_alive_timeout,
         write_timeout_s=write_timeout_s,
     )

@@ -34,6 +34,7 @@ from urllib.parse import unquote
 
 import trio
 
+from trio_gateway.chunked import ChunkedBody, H1Error
 from trio_gateway.fronts.h1_parse import (
     H2_PREFACE_LINE,
     MAX_HEAD_BYTES,
@@ -45,7 +46,6 @@ from trio_gateway.fronts.h1_parse import (
     find_head_end,
     parse_request_head,
 )
-from trio_gateway.providers.h1 import ChunkedBody, H1Error
 
 log = logging.getLogger("trio_gateway")
 

@@ -1,22 +1,28 @@
-"""`serve_sim`: the simulator as a trio service (hypercorn's trio worker plus the engine loop)."""
+"""`serve_sim`: the simulator as a trio service (the HTTP/1.x server plus the engine loop)."""
 
 from __future__ import annotations
 
 import logging
-from functools import partial
-from typing import NoReturn, cast
+import time
+from typing import Any, NoReturn
 
 import attrs
 import hypercorn.config
-import hypercorn.trio
-import hypercorn.typing
 import trio
+from hypercorn.trio.worker_context import WorkerContext
+
+from trio_gateway.fronts.h1_serve import H1Server
+from trio_gateway.listen import hypercorn_hand_off
 
 from .app import SimApp
 from .config import SimConfig
 from .engine import SimEngine
 
 __all__ = ["SimHandle", "serve_sim"]
+
+# A client that takes nothing for this long is dropped (vLLM's uvicorn has no such bound; a
+# benchmark's slow clients are the gateway's to drop, and come nowhere near it).
+KEEP_ALIVE_WRITE_TIMEOUT_S = 300.0
 
 
 @attrs.frozen
@@ -40,21 +46,67 @@ async def serve_sim(
     *,
     host: str = "127.0.0.1",
     port: int = 0,
+    backlog: int | None = None,
+    engine: SimEngine | None = None,
     task_status: trio.TaskStatus[SimHandle] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve a simulated vLLM on host:port (0: a free port) until cancelled.
 
     Reports a `SimHandle` once the socket listens. Cancelling the caller's scope stops the
-    server, every request in flight and the engine loop.
+    server, every request in flight and the engine loop. HTTP/1.x on the gateway's own server
+    (``fronts/h1_serve.py``): behind hypercorn the simulator spent more CPU per token than the
+    gateway in front of it, on the same cores (docs/benchmarks.md); vLLM's uvicorn, with its C
+    parser, is far leaner than either. Anything else (an upgrade) goes to hypercorn.
     """
-    engine = SimEngine(config)
-    # SimApp types ASGI messages as plain mappings; hypercorn wants its TypedDicts. Same shape.
-    app = cast(hypercorn.typing.ASGIFramework, SimApp(engine))
+    engine = engine if engine is not None else SimEngine(config)
+    app: Any = SimApp(engine)
+    if config.access_log:
+        app = _AccessLog(app, logging.getLogger("trio_gateway.sim.access"))
+    hc = _hypercorn_config(config, host, port)
+    server = H1Server(
+        app,
+        hypercorn_hand_off(app, hc, WorkerContext(None)),
+        keep_alive_timeout_s=hc.keep_alive_timeout,
+        write_timeout_s=KEEP_ALIVE_WRITE_TIMEOUT_S,
+    )
+    listeners = await trio.open_tcp_listeners(port, host=host, backlog=backlog)
     async with trio.open_nursery() as nursery:
         await nursery.start(engine.run)
-        binds: list[str] = await nursery.start(
-            partial(hypercorn.trio.serve, app, _hypercorn_config(config, host, port), mode="asgi")
-        )
-        task_status.started(SimHandle(base_url=binds[0], engine=engine))
+        started = await nursery.start(trio.serve_listeners, server.serve, listeners)
+        address = started[0].socket.getsockname()
+        bound = f"[{address[0]}]" if ":" in address[0] else address[0]
+        task_status.started(SimHandle(base_url=f"http://{bound}:{address[1]}", engine=engine))
         await trio.sleep_forever()
     raise AssertionError("unreachable: the nursery only ends by cancellation")
+
+
+class _AccessLog:
+    """``--access-log``: one line per request (method, path, status, milliseconds)."""
+
+    def __init__(self, app: Any, log: logging.Logger) -> None:
+        self._app = app
+        self._log = log
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status: list[int] = []
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+            await send(message)
+
+        try:
+            await self._app(scope, receive, sending)
+        finally:
+            self._log.info(
+                '%s "%s %s" %s %.1f ms',
+                scope["client"][0] if scope.get("client") else "-",
+                scope["method"],
+                scope["path"],
+                status[0] if status else "-",
+                (time.monotonic() - started) * 1000,
+            )
