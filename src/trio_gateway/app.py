@@ -130,9 +130,9 @@ class GatewayApp:
                 await self._serve_http(scope, receive, send, context.request_id)
             finally:
                 log_access(context, trio.current_time() - started)
-                self.router.metrics.http_requests.labels(
+                self.router.metrics.http_request(
                     _route_label(scope["path"]), str(context.status or 0)
-                ).inc()
+                )
 
     async def _serve_http(
         self, scope: Scope, receive: Receive, send: Send, request_id: str
@@ -316,7 +316,7 @@ def _route_label(path: str) -> str:
 def count_refused(router: Router, record: UsageRecord) -> None:
     """A chat request refused (or left) before routing: in gateway_requests_total too, under
     no alias, since an alias the config does not know must never become a label value."""
-    router.metrics.requests.labels("", "", record.outcome, record.error_code or "").inc()
+    router.metrics.request("", "", record.outcome, record.error_code or "")
     if (context := current_request()) is not None:
         context.record(record)
 
