@@ -155,14 +155,16 @@ class Router:
         alias = resolve_alias(self.aliases, request.alias)
         eligible = eligible_providers(request.alias, alias, request.required)
         now = trio.current_time()
-        live = {p.name for p in eligible if self.health[p.name].in_rotation(now)}
+        health = self.health
+        live = {p.name for p in eligible if health[p.name].in_rotation(now)}
         ordered = order_by_health(eligible, live, self._rng)
+        upstreams = self.upstreams
         return Plan(
             alias=request.alias,
             config=alias,
-            upstreams=tuple(self.upstreams[p.name] for p in ordered),
+            upstreams=tuple([upstreams[p.name] for p in ordered]),
             router=self,
-            health=self.health,
+            health=health,
         )
 
     def _retry_after_s(self, upstream: Provider, waiting: int) -> float:
