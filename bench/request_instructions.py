@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "instructions_per_request": round(per_request),
     }
     print(json.dumps(result))
-    print(f"| {commit} | {per_request / 1e6:.2f}M instructions per request |")
+    print(f"| {commit} | {per_request / 1e6:.3f}M instructions per request |")
     return 0
 
 
