@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -57,22 +57,49 @@ class RequestContext:
         self.prompt_tokens = record.prompt_tokens
         self.completion_tokens = record.completion_tokens
 
-    def fields(self, duration_s: float) -> dict[str, object]:
-        return {
+    def line(self, duration_s: float) -> tuple[dict[str, object], str]:
+        """The access line: its fields, and its text (``key=value`` in that order, ``-`` for
+        none). Times are in ms to 0.1, as ``round(ms, 1)`` has them: ``.1f`` keeps the same
+        correctly rounded digits, and the text takes them as they are rather than formatting
+        each float twice."""
+        ttft = None if self.ttft_s is None else f"{self.ttft_s * 1000:.1f}"
+        duration = f"{duration_s * 1000:.1f}"
+        status, outcome, code, alias = self.status, self.outcome, self.code, self.alias
+        provider, key, prompt, completion = (
+            self.provider,
+            self.key,
+            self.prompt_tokens,
+            self.completion_tokens,
+        )
+        fields: dict[str, object] = {
             "request_id": self.request_id,
             "route": self.route,
-            "status": self.status,
-            "outcome": self.outcome,
-            "code": self.code,
-            "alias": self.alias,
-            "provider": self.provider,
-            "key": self.key,
-            "ttft_ms": None if self.ttft_s is None else round(self.ttft_s * 1000, 1),
-            "duration_ms": round(duration_s * 1000, 1),
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
+            "status": status,
+            "outcome": outcome,
+            "code": code,
+            "alias": alias,
+            "provider": provider,
+            "key": key,
+            "ttft_ms": None if ttft is None else float(ttft),
+            "duration_ms": float(duration),
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
             "trace_id": self.trace.trace_id,
         }
+        text = (
+            f"request_id={self.request_id} route={self.route}"
+            f" status={'-' if status is None else status}"
+            f" outcome={'-' if outcome is None else outcome}"
+            f" code={'-' if code is None else code}"
+            f" alias={'-' if alias is None else alias}"
+            f" provider={'-' if provider is None else provider}"
+            f" key={'-' if key is None else key}"
+            f" ttft_ms={'-' if ttft is None else ttft} duration_ms={duration}"
+            f" prompt_tokens={'-' if prompt is None else prompt}"
+            f" completion_tokens={'-' if completion is None else completion}"
+            f" trace_id={self.trace.trace_id}"
+        )
+        return fields, text
 
 
 _CURRENT: ContextVar[RequestContext | None] = ContextVar("trio_gateway_request", default=None)
@@ -92,11 +119,18 @@ def request_context(context: RequestContext) -> Iterator[RequestContext]:
 
 
 def log_access(context: RequestContext, duration_s: float) -> None:
-    fields = context.fields(duration_s)
     level = logging.DEBUG if context.route in QUIET_ROUTES else logging.INFO
-    if access_log.isEnabledFor(level):
-        text = " ".join(f"{k}={'-' if v is None else v}" for k, v in fields.items())
-        access_log.log(level, "%s", text, extra={"access": fields})
+    if not access_log.isEnabledFor(level):
+        return
+    fields, text = context.line(duration_s)
+    # Logger.log would first walk the stack for the caller's file and line (findCaller), which
+    # no format of the gateway shows: the record is made and handled as logging makes it when
+    # it has no source file to look for.
+    record = access_log.makeRecord(
+        access_log.name, level, "(unknown file)", 0, "%s", (text,), None, "(unknown function)"
+    )
+    record.access = fields
+    access_log.handle(record)
 
 
 class RequestIdFilter(logging.Filter):
@@ -111,13 +145,48 @@ class RequestIdFilter(logging.Filter):
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
 
 
+class _SecondCache:
+    """A time format to the second, computed once a second: ``strftime`` was half the cost of
+    formatting a line, and the lines of one second share it. One attribute holds the second and
+    its text together, so a formatter two threads share never pairs one with the other's."""
+
+    def __init__(self, convert: Callable[[float | None], time.struct_time], fmt: str) -> None:
+        self._convert = convert
+        self._fmt = fmt
+        self._last: tuple[int, str] = (-1, "")
+
+    def text(self, created: float) -> str:
+        second = int(created)
+        last = self._last
+        if last[0] != second:
+            last = self._last = (second, time.strftime(self._fmt, self._convert(created)))
+        return last[1]
+
+
+class TextFormatter(logging.Formatter):
+    """:data:`TEXT_FORMAT`, its ``asctime`` as logging writes it."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+        self._seconds = _SecondCache(self.converter, self.default_time_format)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        msec_format = self.default_msec_format
+        if datefmt or msec_format is None:
+            return super().formatTime(record, datefmt)
+        return msec_format % (self._seconds.text(record.created), record.msecs)
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line, for log shippers."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._seconds = _SecondCache(time.gmtime, "%Y-%m-%dT%H:%M:%S")
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, object] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": self._seconds.text(record.created) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "request_id": getattr(record, "request_id", "-"),
@@ -136,7 +205,7 @@ def configure_logging(level: str, log_format: str) -> None:
     """The CLI's logging: text or JSON lines on stderr, with request ids."""
     handler = logging.StreamHandler()
     handler.addFilter(RequestIdFilter())
-    formatter = JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    formatter = JsonFormatter() if log_format == "json" else TextFormatter()
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -30,7 +30,6 @@ from trio_gateway.fronts.http import (
     Receive,
     Scope,
     Send,
-    header,
     send_bytes,
     send_error,
     send_json,
@@ -119,24 +118,25 @@ class GatewayApp:
         """Names the request (the client's x-request-id and trace, or new ones), serves it, and
         writes its access line when it ends, however it ends."""
         started = trio.current_time()
+        named = _named_headers(scope)
         context = RequestContext(
-            request_id=clean_request_id(_text_header(scope, b"x-request-id")) or new_request_id(),
+            request_id=clean_request_id(named.get(b"x-request-id")) or new_request_id(),
             route=f"{scope['method']} {scope['path'][:MAX_LOGGED_PATH_CHARS]}",
-            trace=trace_for(
-                _text_header(scope, b"traceparent"), _text_header(scope, b"tracestate")
-            ),
+            trace=trace_for(named.get(b"traceparent"), named.get(b"tracestate")),
         )
         with request_context(context):
             try:
-                await self._serve_http(scope, receive, send, context.request_id)
+                await self._serve_http(
+                    scope, receive, send, context.request_id, named.get(b"x-session-id")
+                )
             finally:
                 log_access(context, trio.current_time() - started)
-                self.router.metrics.http_requests.labels(
+                self.router.metrics.http_request(
                     _route_label(scope["path"]), str(context.status or 0)
-                ).inc()
+                )
 
     async def _serve_http(
-        self, scope: Scope, receive: Receive, send: Send, request_id: str
+        self, scope: Scope, receive: Receive, send: Send, request_id: str, session: str | None
     ) -> None:
         path = scope["path"]
         method = scope["method"]
@@ -158,7 +158,6 @@ class GatewayApp:
             key = http_key(scope, self.keys) if path in KEYED_PATHS else None
             drop = partial(self.connections.abort, scope.get("client"))
             client = self._client_socket(scope)
-            session = _text_header(scope, b"x-session-id")
             if path in ("/v1/chat/completions", "/v1/events"):
                 handle = handle_chat if path == "/v1/chat/completions" else handle_events
                 await handle(
@@ -321,14 +320,23 @@ def _route_label(path: str) -> str:
 def count_refused(router: Router, record: UsageRecord) -> None:
     """A chat request refused (or left) before routing: in gateway_requests_total too, under
     no alias, since an alias the config does not know must never become a label value."""
-    router.metrics.requests.labels("", "", record.outcome, record.error_code or "").inc()
+    router.metrics.request("", "", record.outcome, record.error_code or "")
     if (context := current_request()) is not None:
         context.record(record)
 
 
-def _text_header(scope: Scope, name: bytes) -> str | None:
-    value = header(scope, name)
-    return None if value is None else value.decode("latin-1")
+# The request headers the app reads, found in one pass over the headers instead of one each.
+NAMED_HEADERS = frozenset({b"x-request-id", b"traceparent", b"tracestate", b"x-session-id"})
+
+
+def _named_headers(scope: Scope) -> dict[bytes, str]:
+    """Those of :data:`NAMED_HEADERS` the request has, as text; the first of a repeated one,
+    as ``fronts.http.header`` finds it."""
+    found: dict[bytes, str] = {}
+    for name, value in scope.get("headers", ()):
+        if name in NAMED_HEADERS and name not in found:
+            found[name] = bytes(value).decode("latin-1")
+    return found
 
 
 def open_keys(config: GatewayConfig) -> KeyStore | None:

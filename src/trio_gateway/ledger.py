@@ -160,13 +160,24 @@ class QueuedSink:
         # The service runs shielded (so the queue is written out when the server is cancelled)
         # until close(); close() also puts a deadline on that last flush.
         self._scope = trio.CancelScope(shield=True)
+        self._closed = False
+        # While a batch gathers: the records queued behind its first, and the event that wakes
+        # the service once they fill it (or at close). Taking each record as it came cost the
+        # service a schedule point per request; this wakes it once per batch.
+        self._gathering: trio.Event | None = None
+        self._gathered = 0
 
     def offer(self, record: UsageRecord) -> bool:
         try:
             self._send.send_nowait(record)
-            return True
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             self._dropped_full += 1
+        else:
+            if self._gathering is not None:
+                self._gathered += 1
+                if self._gathered >= self.batch_max - 1:
+                    self._gathering.set()
+            return True
         now = trio.current_time()
         if now - self._last_drop_log >= DROP_LOG_INTERVAL_S:
             self._last_drop_log = now
@@ -179,6 +190,9 @@ class QueuedSink:
     def close(self) -> None:
         """No more records: the service writes what is queued, then ends."""
         self._send.close()
+        self._closed = True
+        if self._gathering is not None:
+            self._gathering.set()
         self._scope.deadline = min(
             self._scope.deadline, trio.current_time() + CLOSE_FLUSH_TIMEOUT_S
         )
@@ -202,14 +216,21 @@ class QueuedSink:
                 batch = [await receive.receive()]
             except trio.EndOfChannel:
                 return
+            self._gathered = self._send.statistics().current_buffer_used
+            if self._gathered < self.batch_max - 1 and not self._closed:
+                gathering = self._gathering = trio.Event()
+                with trio.move_on_after(self.flush_interval_s):
+                    await gathering.wait()
+                self._gathering = None
             ended = False
-            with trio.move_on_after(self.flush_interval_s):
-                while len(batch) < self.batch_max:
-                    try:
-                        batch.append(await receive.receive())
-                    except trio.EndOfChannel:
-                        ended = True
-                        break
+            while len(batch) < self.batch_max:
+                try:
+                    batch.append(receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+                except trio.EndOfChannel:
+                    ended = True
+                    break
             yield batch
             if ended:
                 return

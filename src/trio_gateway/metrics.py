@@ -9,7 +9,7 @@ gates and health objects themselves, so they can never drift from the truth.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
 from prometheus_client import (
@@ -20,10 +20,14 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from trio_gateway.events import Usage
     from trio_gateway.gate import LeaseBroker
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -252,6 +256,23 @@ class LeaseCollector(Collector):
         yield cluster
 
 
+class Children(Generic[M]):
+    """A labelled metric's children, by their label values. prometheus-client's ``labels()``
+    takes a lock and rebuilds its key on every call, and a request made five such calls; a
+    dict lookup finds the same child (the one ``labels()`` made and the registry holds, so
+    this holds no series the registry does not)."""
+
+    def __init__(self, metric: M) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], M] = {}
+
+    def labels(self, *values: str) -> M:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
+
 class Metrics:
     def __init__(self, read_providers: Callable[[], Iterable[ProviderGauges]]) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
@@ -324,6 +345,42 @@ class Metrics:
         for result in ("applied", "rejected"):
             self.config_reloads.labels(result)
         registry.register(_LiveCollector(read_providers))
+        # The series every request touches, looked up without labels() (see Children).
+        self._requests = Children(self.requests)
+        self._http_requests = Children(self.http_requests)
+        self._cancellations = Children(self.cancellations)
+        self._ttft = Children(self.ttft)
+        self._duration = Children(self.duration)
+        self._tokens = Children(self.tokens)
+
+    def http_request(self, route: str, status: str) -> None:
+        self._http_requests.labels(route, status).inc()
+
+    def request(self, alias: str, provider: str, outcome: str, code: str) -> None:
+        self._requests.labels(alias, provider, outcome, code).inc()
+
+    def request_ended(
+        self,
+        alias: str,
+        provider: str,
+        *,
+        cancelled: str | None,
+        ttft_s: float | None,
+        duration_s: float,
+        usage: Usage | None,
+    ) -> None:
+        """A relayed request's series other than its count (:meth:`request`)."""
+        if cancelled is not None:
+            self._cancellations.labels(cancelled).inc()
+        if ttft_s is not None:
+            self._ttft.labels(alias, provider).observe(ttft_s)
+        self._duration.labels(alias, provider).observe(duration_s)
+        if usage is not None:
+            tokens = self._tokens
+            tokens.labels(alias, provider, "prompt").inc(usage.prompt_tokens)
+            tokens.labels(alias, provider, "completion").inc(usage.completion_tokens)
+            if usage.reasoning_tokens:
+                tokens.labels(alias, provider, "reasoning").inc(usage.reasoning_tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

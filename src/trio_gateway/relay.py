@@ -98,46 +98,48 @@ def record(
     started_wall: float | None = None,
 ) -> UsageRecord:
     """One request's metrics and its one usage record, whichever front served it."""
-    metrics = plan.router.metrics
-    provider = outcome.provider or (outcome.error.provider if outcome.error else None) or ""
+    router = plan.router
+    error = outcome.error
+    provider = outcome.provider or (error.provider if error else None) or ""
     now = trio.current_time()
+    first_event_at = outcome.first_event_at
+    ttft_s = None if first_event_at is None else first_event_at - started_at
+    duration_s = now - started_at
     usage_rec = usage_record(
         request_id=request_id,
         key=getattr(request, "key_name", None),
         alias=plan.alias,
         provider=provider or None,
         cancelled=outcome.cancelled,
-        error_code=outcome.error.code if outcome.error is not None else None,
-        emitted=outcome.first_event_at is not None,
+        error_code=error.code if error is not None else None,
+        emitted=first_event_at is not None,
         usage=outcome.usage,
         partial=outcome.meter.partial,
         messages=request.body.get("messages") if request is not None else None,
-        ttft_s=None if outcome.first_event_at is None else outcome.first_event_at - started_at,
-        duration_s=now - started_at,
+        ttft_s=ttft_s,
+        duration_s=duration_s,
         started_at=time.time() if started_wall is None else started_wall,
     )
-    plan.router.usage.offer(usage_rec)
+    router.usage.offer(usage_rec)
     if (context := current_request()) is not None:
         context.record(usage_rec)
     if outcome.cancelled is not None:
         result, code = "cancelled", outcome.cancelled
-        metrics.cancellations.labels(outcome.cancelled).inc()
-    elif outcome.error is not None:
-        result, code = "error", outcome.error.code
+    elif error is not None:
+        result, code = "error", error.code
     else:
         result, code = "ok", ""
-    metrics.requests.labels(plan.alias, provider, result, code).inc()
-    ttft_s = None if outcome.first_event_at is None else outcome.first_event_at - started_at
-    plan.router.recent.request(provider, now, error=result == "error", ttft_s=ttft_s)
-    if outcome.first_event_at is not None:
-        metrics.ttft.labels(plan.alias, provider).observe(outcome.first_event_at - started_at)
-    metrics.duration.labels(plan.alias, provider).observe(now - started_at)
-    usage = outcome.usage
-    if usage is not None:
-        metrics.tokens.labels(plan.alias, provider, "prompt").inc(usage.prompt_tokens)
-        metrics.tokens.labels(plan.alias, provider, "completion").inc(usage.completion_tokens)
-        if usage.reasoning_tokens:
-            metrics.tokens.labels(plan.alias, provider, "reasoning").inc(usage.reasoning_tokens)
+    metrics = router.metrics
+    metrics.request(plan.alias, provider, result, code)
+    router.recent.request(provider, now, error=result == "error", ttft_s=ttft_s)
+    metrics.request_ended(
+        plan.alias,
+        provider,
+        cancelled=outcome.cancelled,
+        ttft_s=ttft_s,
+        duration_s=duration_s,
+        usage=outcome.usage,
+    )
     return usage_rec
 
 

@@ -9,7 +9,7 @@ import attrs
 
 from trio_gateway.config import Capability
 from trio_gateway.errors import InvalidJSON, InvalidRequest, UnsupportedParameter
-from trio_gateway.validation import validate_body
+from trio_gateway.validation import validate_body, within_depth
 
 # Gateway extensions in the request body; never sent to a provider as they are.
 GATEWAY_FIELDS = frozenset({"reasoning"})
@@ -73,11 +73,23 @@ def _no_constants(name: str) -> object:
     raise _NotJSON(f"{name} is not a JSON value")
 
 
+# json.loads with any argument builds a new decoder (and its scanner) per call: this one is
+# built once, and keeps no state between calls.
+_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+
+
 def strict_loads(raw: bytes | str) -> Any:
     """JSON as the RFC has it: NaN and Infinity are errors, and so is nesting too deep for the
-    parser (a ValueError, not a crash)."""
+    parser (a ValueError, not a crash). Bytes are read as ``json.loads`` reads them (UTF-8, 16
+    or 32, a UTF-8 BOM skipped), and a text starting with a BOM is refused as it refuses it."""
+    if isinstance(raw, str):
+        if raw.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
+        text = raw
+    else:
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")
     try:
-        return json.loads(raw, parse_constant=_no_constants)
+        return _DECODER.decode(text)
     except RecursionError:
         raise _NotJSON("nested too deeply") from None
 
@@ -94,18 +106,19 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         raise InvalidJSON(
             f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
-    return validate_chat_body(body)
+    return validate_chat_body(body, depth_known=within_depth(raw))
 
 
-def validate_chat_body(body: object) -> ChatRequest:
-    """Validate a decoded chat body (the WebSocket front's ``body``, already JSON)."""
+def validate_chat_body(body: object, *, depth_known: bool = False) -> ChatRequest:
+    """Validate a decoded chat body (the WebSocket front's ``body``, already JSON);
+    ``depth_known`` as :func:`~trio_gateway.validation.validate_body` takes it."""
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
     alias = body.get("model")
     if not isinstance(alias, str) or not alias:
         raise InvalidRequest("'model' must be a non-empty string (an alias)", param="model")
     # OpenAI's own rules, every field at once: after this, each field read below has its shape.
-    validate_body(body)
+    validate_body(body, depth_known=depth_known)
     messages: list[dict[str, Any]] = body["messages"]
     # Null is "not given", as at OpenAI.
     stream = body.get("stream") is True

@@ -54,6 +54,11 @@ def attempt_order(providers: Sequence[ProviderConfig], rng: random.Random) -> li
     """
     pool = [p for p in providers if p.weight > 0]
     order: list[ProviderConfig] = []
+    if len(pool) == 1 and len(providers) == 1:
+        # One provider: the order is known, but the draw is made all the same, so that a
+        # seeded generator gives every later request the order it gave before.
+        rng.uniform(0, pool[0].weight)
+        return pool
     while pool:
         total = sum(p.weight for p in pool)
         pick = rng.uniform(0, total)
@@ -75,10 +80,17 @@ def order_by_health(
     """Weighted choice among providers in rotation (weight > 0), then the rest of the weight > 0
     providers by weight (unhealthy or cooling down: a last resort, not a first choice), then
     the weight-0 fallbacks, those in rotation first."""
-    live = [p for p in eligible if p.name in in_rotation]
-    resting = [p for p in eligible if p.name not in in_rotation]
-    order = attempt_order([p for p in live if p.weight > 0], rng)
-    order += sorted((p for p in resting if p.weight > 0), key=lambda p: -p.weight)
-    order += [p for p in live if p.weight == 0]
-    order += [p for p in resting if p.weight == 0]
-    return order
+    live: list[ProviderConfig] = []
+    resting: list[ProviderConfig] = []
+    live_fallbacks: list[ProviderConfig] = []
+    resting_fallbacks: list[ProviderConfig] = []
+    # One pass, not four: the same lists in the same order (config checks weights are >= 0).
+    for p in eligible:
+        if p.name in in_rotation:
+            (live if p.weight > 0 else live_fallbacks).append(p)
+        else:
+            (resting if p.weight > 0 else resting_fallbacks).append(p)
+    order = attempt_order(live, rng)
+    if resting:
+        order += sorted(resting, key=lambda p: -p.weight)
+    return order + live_fallbacks + resting_fallbacks

@@ -46,7 +46,8 @@ class TraceContext:
 
     def child(self) -> TraceContext:
         """The context for a call this span makes: same trace, a new span id."""
-        return attrs.evolve(self, parent_id=_span_id())
+        # attrs.evolve reads the class's fields on every call: built directly, the same value.
+        return TraceContext(self.trace_id, _span_id(), self.flags, self.tracestate)
 
     def headers(self) -> dict[str, str]:
         out = {"traceparent": self.traceparent()}
@@ -63,9 +64,12 @@ def _span_id() -> str:
 
 def new_trace() -> TraceContext:
     """A trace the gateway starts, sampled so that the upstream records it too."""
-    while (trace := secrets.token_hex(16)) == "0" * 32:
-        pass
-    return TraceContext(trace_id=trace, parent_id=_span_id(), flags=SAMPLED)
+    # Both ids from one draw (one call for the random bytes, not two); neither may be all zeros.
+    while True:
+        ids = secrets.token_hex(24)
+        trace, span = ids[:32], ids[32:]
+        if trace != "0" * 32 and span != "0" * 16:
+            return TraceContext(trace_id=trace, parent_id=span, flags=SAMPLED)
 
 
 def parse_traceparent(traceparent: str | None, tracestate: str | None) -> TraceContext | None:

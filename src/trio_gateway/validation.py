@@ -13,12 +13,28 @@ The checks are tables of small functions: one per field, per role, per content p
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 from trio_gateway.errors import InvalidRequest, UnsupportedParameter
+from trio_gateway.validation_values import (
+    Check,
+    array,
+    boolean,
+    enum_value,
+    invalid,
+    json_object,
+    number,
+    one_of,
+    optional_fields,
+    quote,
+    required,
+    string,
+    too_long,
+    wrong_type,
+)
 
 # Objects and arrays inside one another, the body itself being level 1. The JSON parser allows
 # about a thousand; nothing OpenAI accepts comes near 64, and whatever walks a tool schema next
@@ -30,9 +46,6 @@ MAX_METADATA_KEYS: Final = 16
 MAX_METADATA_KEY_CHARS: Final = 64
 MAX_METADATA_VALUE_CHARS: Final = 512
 MAX_TOP_LOGPROBS: Final = 20
-# Longest value quoted back in an error message: the message says what was wrong, it does not
-# echo a megabyte of it.
-QUOTE_CHARS: Final = 80
 
 ROLES: Final = ("system", "developer", "user", "assistant", "tool", "function")
 NAME_PATTERN: Final = re.compile(r"[a-zA-Z0-9_-]{1,64}")
@@ -48,158 +61,17 @@ VERBOSITIES: Final = ("low", "medium", "high")
 UNSUPPORTED_TOOL_KINDS: Final = ("custom",)
 UNSUPPORTED_TOOL_CHOICES: Final = ("custom", "allowed_tools")
 
-# A check reads one value at a path and raises if it is wrong.
-Check: TypeAlias = Callable[[str, Any], object]
 # A check of one object (a message, a content part) already known to be an object.
 ObjectCheck: TypeAlias = Callable[[str, dict[str, Any]], None]
 
 
-# --- errors in OpenAI's words ------------------------------------------------------------------
-# JSON's types as OpenAI names them; bool before int, as a bool is an int to Python only.
-KINDS: Final = (
-    (type(None), "null"),
-    (bool, "a boolean"),
-    (int, "an integer"),
-    (float, "a decimal"),
-    (str, "a string"),
-    (list, "an array"),
-    (dict, "an object"),
-)
-
-
-def _kind(value: object) -> str:
-    return next((name for kind, name in KINDS if isinstance(value, kind)), type(value).__name__)
-
-
-def _quote(text: str) -> str:
-    if len(text) > QUOTE_CHARS:
-        text = text[:QUOTE_CHARS] + "..."
-    return f"'{text}'"
-
-
-def _one_of(allowed: Sequence[str], last: str = "and") -> str:
-    quoted = [f"'{value}'" for value in allowed]
-    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} {last} {quoted[-1]}"
-
-
-def _wrong_type(path: str, expected: str, value: object) -> InvalidRequest:
-    return InvalidRequest(
-        f"Invalid type for '{path}': expected {expected}, but got {_kind(value)} instead.",
-        param=path,
-    )
-
-
-def _invalid(path: str, problem: str) -> InvalidRequest:
-    return InvalidRequest(f"Invalid '{path}': {problem}", param=path)
-
-
-def _too_long(path: str, limit: int, length: int, noun: str = "string") -> InvalidRequest:
-    a = "an" if noun[0] in "aeiou" else "a"
-    return _invalid(
-        path,
-        f"{noun} too long. Expected {a} {noun} with maximum length {limit}, "
-        f"but got {a} {noun} with length {length} instead.",
-    )
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-# --- values ------------------------------------------------------------------------------------
-def _required(container: Mapping[str, Any], key: str, path: str) -> Any:
-    """``container[key]``; absent is "missing", while a null stays for the type check to name."""
-    if key not in container:
-        missing = _join(path, key)
-        raise InvalidRequest(f"Missing required parameter: '{missing}'.", param=missing)
-    return container[key]
-
-
-def _string(path: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise _wrong_type(path, "a string", value)
-    return value
-
-
-def _boolean(path: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise _wrong_type(path, "a boolean", value)
-
-
-def _object(path: str, value: object) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _wrong_type(path, "an object", value)
-    return value
-
-
-def _array(
-    path: str,
-    value: object,
-    *,
-    min_items: int = 0,
-    max_items: int | None = None,
-    expected: str = "an array",
-) -> list[Any]:
-    if not isinstance(value, list):
-        raise _wrong_type(path, expected, value)
-    if len(value) < min_items:  # only ever 1: "empty" is the whole story
-        raise _invalid(path, f"empty array. Expected an array with minimum length {min_items}.")
-    if max_items is not None and len(value) > max_items:
-        raise _too_long(path, max_items, len(value), "array")
-    return value
-
-
-def _enum(path: str, value: object, allowed: Sequence[str]) -> str:
-    if value not in allowed:
-        raise InvalidRequest(
-            f"Invalid value: {_quote(_string(path, value))}. "
-            f"Supported values are: {_one_of(allowed)}.",
-            param=path,
-        )
-    return _string(path, value)
-
-
-def _in_range(path: str, value: float, low: float | None, high: float | None, kind: str) -> None:
-    # Written as "not within" so that a NaN (never from the parser, but from a Python caller)
-    # fails too.
-    if low is not None and not value >= low:
-        raise _out_of_range(path, f"{kind} below minimum", f">= {low}", value)
-    if high is not None and not value <= high:
-        raise _out_of_range(path, f"{kind} above maximum", f"<= {high}", value)
-
-
-def _out_of_range(path: str, problem: str, expected: str, value: float) -> InvalidRequest:
-    return _invalid(path, f"{problem} value. Expected a value {expected}, but got {value} instead.")
-
-
-def _number(kind: str, low: int | None = None, high: int | None = None) -> Check:
-    """A decimal or an integer within bounds; a boolean is never a number (JSON's true is not
-    1), and JSON's 2.0 is a decimal, not an integer, to OpenAI too."""
-    types = int | float if kind == "decimal" else int
-
-    def check(path: str, value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, types):
-            raise _wrong_type(path, f"a {kind}" if kind == "decimal" else "an integer", value)
-        _in_range(path, value, low, high, kind)
-
-    return check
-
-
-def _optional_fields(path: str, container: Mapping[str, Any], checks: Mapping[str, Check]) -> None:
-    """Check each field that is present and not null; null means "not given", as at OpenAI."""
-    for key, check in checks.items():
-        value = container.get(key)
-        if value is not None:
-            check(_join(path, key), value)
-
-
 def _name(path: str, value: object) -> str:
     """A tool or schema name, as OpenAI restricts them."""
-    name = _string(path, value)
+    name = string(path, value)
     if len(name) > 64:
-        raise _too_long(path, 64, len(name))
+        raise too_long(path, 64, len(name))
     if not NAME_PATTERN.fullmatch(name):
-        raise _invalid(
+        raise invalid(
             path,
             "string does not match pattern. Expected a string that matches the pattern "
             "'^[a-zA-Z0-9_-]{1,64}$'.",
@@ -208,7 +80,7 @@ def _name(path: str, value: object) -> str:
 
 
 def _tool_kind(path: str, value: object) -> None:
-    kind = _enum(path, value, ("function", *UNSUPPORTED_TOOL_KINDS))
+    kind = enum_value(path, value, ("function", *UNSUPPORTED_TOOL_KINDS))
     if kind in UNSUPPORTED_TOOL_KINDS:
         raise UnsupportedParameter(
             f"'{kind}' tools are not supported by the gateway; use 'function' tools", param=path
@@ -217,39 +89,37 @@ def _tool_kind(path: str, value: object) -> None:
 
 # --- content parts -----------------------------------------------------------------------------
 def _text_part(path: str, part: dict[str, Any]) -> None:
-    _string(f"{path}.text", _required(part, "text", path))
+    string(f"{path}.text", required(part, "text", path))
 
 
 def _refusal_part(path: str, part: dict[str, Any]) -> None:
-    _string(f"{path}.refusal", _required(part, "refusal", path))
+    string(f"{path}.refusal", required(part, "refusal", path))
 
 
 def _image_part(path: str, part: dict[str, Any]) -> None:
     image_path = f"{path}.image_url"
-    image = _object(image_path, _required(part, "image_url", path))
-    url = _string(f"{image_path}.url", _required(image, "url", image_path))
+    image = json_object(image_path, required(part, "image_url", path))
+    url = string(f"{image_path}.url", required(image, "url", image_path))
     if not url[:8].lower().startswith(("http://", "https://", "data:")):
-        raise _invalid(
+        raise invalid(
             f"{image_path}.url",
             "Expected an http(s) URL or a base64-encoded data URL "
-            f"('data:image/png;base64,...'), but got {_quote(url)} instead.",
+            f"('data:image/png;base64,...'), but got {quote(url)} instead.",
         )
-    _optional_fields(image_path, image, {"detail": partial(_enum, allowed=IMAGE_DETAILS)})
+    optional_fields(image_path, image, {"detail": partial(enum_value, allowed=IMAGE_DETAILS)})
 
 
 def _audio_part(path: str, part: dict[str, Any]) -> None:
     audio_path = f"{path}.input_audio"
-    audio = _object(audio_path, _required(part, "input_audio", path))
-    _string(f"{audio_path}.data", _required(audio, "data", audio_path))
-    _enum(f"{audio_path}.format", _required(audio, "format", audio_path), AUDIO_FORMATS)
+    audio = json_object(audio_path, required(part, "input_audio", path))
+    string(f"{audio_path}.data", required(audio, "data", audio_path))
+    enum_value(f"{audio_path}.format", required(audio, "format", audio_path), AUDIO_FORMATS)
 
 
 def _file_part(path: str, part: dict[str, Any]) -> None:
     file_path = f"{path}.file"
-    file = _object(file_path, _required(part, "file", path))
-    _optional_fields(
-        file_path, file, {"file_data": _string, "file_id": _string, "filename": _string}
-    )
+    file = json_object(file_path, required(part, "file", path))
+    optional_fields(file_path, file, {"file_data": string, "file_id": string, "filename": string})
 
 
 # The part types each role may send, as OpenAI's message types define them.
@@ -263,8 +133,8 @@ ASSISTANT_PARTS: Final[Mapping[str, ObjectCheck]] = MappingProxyType(
 
 
 def _part(path: str, value: object, parts: Mapping[str, ObjectCheck]) -> None:
-    part = _object(path, value)
-    kind = _enum(f"{path}.type", _required(part, "type", path), tuple(parts))
+    part = json_object(path, value)
+    kind = enum_value(f"{path}.type", required(part, "type", path), tuple(parts))
     parts[kind](path, part)
 
 
@@ -273,29 +143,29 @@ def _content(path: str, value: object, parts: Mapping[str, ObjectCheck]) -> None
     if isinstance(value, str):
         return
     expected = "one of a string or array of objects"
-    for i, part in enumerate(_array(path, value, min_items=1, expected=expected)):
+    for i, part in enumerate(array(path, value, min_items=1, expected=expected)):
         _part(f"{path}[{i}]", part, parts)
 
 
 # --- messages ----------------------------------------------------------------------------------
 def _function_call(path: str, value: object) -> None:
-    call = _object(path, value)
-    _string(f"{path}.name", _required(call, "name", path))
-    _string(f"{path}.arguments", _required(call, "arguments", path))
+    call = json_object(path, value)
+    string(f"{path}.name", required(call, "name", path))
+    string(f"{path}.arguments", required(call, "arguments", path))
 
 
 def _tool_calls(path: str, value: object) -> None:
-    for i, item in enumerate(_array(path, value, min_items=1)):
+    for i, item in enumerate(array(path, value, min_items=1)):
         call_path = f"{path}[{i}]"
-        call = _object(call_path, item)
-        _string(f"{call_path}.id", _required(call, "id", call_path))
-        _tool_kind(f"{call_path}.type", _required(call, "type", call_path))
-        _function_call(f"{call_path}.function", _required(call, "function", call_path))
+        call = json_object(call_path, item)
+        string(f"{call_path}.id", required(call, "id", call_path))
+        _tool_kind(f"{call_path}.type", required(call, "type", call_path))
+        _function_call(f"{call_path}.function", required(call, "function", call_path))
 
 
 def _audio_reference(path: str, value: object) -> None:
-    audio = _object(path, value)
-    _string(f"{path}.id", _required(audio, "id", path))
+    audio = json_object(path, value)
+    string(f"{path}.id", required(audio, "id", path))
 
 
 # What stands in for an assistant's content when it has none.
@@ -303,7 +173,7 @@ ASSISTANT_FIELDS: Final[Mapping[str, Check]] = MappingProxyType(
     {
         "tool_calls": _tool_calls,
         "function_call": _function_call,
-        "refusal": _string,
+        "refusal": string,
         "audio": _audio_reference,
     }
 )
@@ -313,34 +183,34 @@ def _content_message(parts: Mapping[str, ObjectCheck]) -> ObjectCheck:
     """A message whose content is required: a string or a list of ``parts``."""
 
     def check(path: str, message: dict[str, Any]) -> None:
-        _content(f"{path}.content", _required(message, "content", path), parts)
+        _content(f"{path}.content", required(message, "content", path), parts)
 
     return check
 
 
 def _assistant_message(path: str, message: dict[str, Any]) -> None:
-    _optional_fields(path, message, ASSISTANT_FIELDS)
+    optional_fields(path, message, ASSISTANT_FIELDS)
     content = message.get("content")
     if content is not None:
         _content(f"{path}.content", content, ASSISTANT_PARTS)
     elif all(message.get(key) is None for key in ASSISTANT_FIELDS):
         raise InvalidRequest(
             f"Missing required parameter: '{path}.content'. An assistant message needs "
-            f"'content' unless it has {_one_of(tuple(ASSISTANT_FIELDS), 'or')}.",
+            f"'content' unless it has {one_of(tuple(ASSISTANT_FIELDS), 'or')}.",
             param=f"{path}.content",
         )
 
 
 def _tool_message(path: str, message: dict[str, Any]) -> None:
-    _string(f"{path}.tool_call_id", _required(message, "tool_call_id", path))
+    string(f"{path}.tool_call_id", required(message, "tool_call_id", path))
     _content_message(TEXT_PARTS)(path, message)
 
 
 def _function_message(path: str, message: dict[str, Any]) -> None:
-    _string(f"{path}.name", _required(message, "name", path))
-    content = _required(message, "content", path)
+    string(f"{path}.name", required(message, "name", path))
+    content = required(message, "content", path)
     if content is not None:
-        _string(f"{path}.content", content)
+        string(f"{path}.content", content)
 
 
 ROLE_CHECKS: Final[Mapping[str, ObjectCheck]] = MappingProxyType(
@@ -355,57 +225,80 @@ ROLE_CHECKS: Final[Mapping[str, ObjectCheck]] = MappingProxyType(
 )
 
 
+MESSAGE_FIELDS: Final[Mapping[str, Check]] = MappingProxyType({"name": string})
+# Roles whose message is valid as it stands when its content is one string and its name, if
+# any, a string (the assistant's also needs none of ASSISTANT_FIELDS).
+TEXT_ROLES: Final = frozenset({"system", "developer", "user", "assistant"})
+
+
 def _message(path: str, value: object) -> None:
-    message = _object(path, value)
-    role = _enum(f"{path}.role", _required(message, "role", path), ROLES)
-    _optional_fields(path, message, {"name": _string})
+    message = json_object(path, value)
+    role = enum_value(f"{path}.role", required(message, "role", path), ROLES)
+    optional_fields(path, message, MESSAGE_FIELDS)
     ROLE_CHECKS[role](path, message)
 
 
+def _plain_text(message: object) -> bool:
+    """A message the checks would pass, told without building the paths they quote: most
+    messages are a role and one string."""
+    if not isinstance(message, dict):
+        return False
+    role, name = message.get("role"), message.get("name")
+    if not (
+        isinstance(role, str)
+        and role in TEXT_ROLES
+        and isinstance(message.get("content"), str)
+        and (name is None or isinstance(name, str))
+    ):
+        return False
+    return role != "assistant" or all(message.get(key) is None for key in ASSISTANT_FIELDS)
+
+
 def _messages(path: str, value: object) -> None:
-    for i, message in enumerate(_array(path, value, min_items=1)):
-        _message(f"{path}[{i}]", message)
+    for i, message in enumerate(array(path, value, min_items=1)):
+        if not _plain_text(message):
+            _message(f"{path}[{i}]", message)
 
 
 # --- tools -------------------------------------------------------------------------------------
 
 FUNCTION_FIELDS: Final[Mapping[str, Check]] = MappingProxyType(
-    {"description": _string, "parameters": _object, "strict": _boolean}
+    {"description": string, "parameters": json_object, "strict": boolean}
 )
 
 
 def _tool(path: str, value: object) -> str:
     """One tool definition; returns its function's name."""
-    tool = _object(path, value)
-    _tool_kind(f"{path}.type", _required(tool, "type", path))
+    tool = json_object(path, value)
+    _tool_kind(f"{path}.type", required(tool, "type", path))
     function_path = f"{path}.function"
-    function = _object(function_path, _required(tool, "function", path))
-    name = _name(f"{function_path}.name", _required(function, "name", function_path))
-    _optional_fields(function_path, function, FUNCTION_FIELDS)
+    function = json_object(function_path, required(tool, "function", path))
+    name = _name(f"{function_path}.name", required(function, "name", function_path))
+    optional_fields(function_path, function, FUNCTION_FIELDS)
     return name
 
 
 def _tools(path: str, value: object) -> None:
     seen: set[str] = set()
-    for i, tool in enumerate(_array(path, value, min_items=1, max_items=MAX_TOOLS)):
+    for i, tool in enumerate(array(path, value, min_items=1, max_items=MAX_TOOLS)):
         name = _tool(f"{path}[{i}]", tool)
         if name in seen:
             # Which of two same-named functions the model "called" could not be told apart.
-            raise _invalid(
+            raise invalid(
                 f"{path}[{i}].function.name",
-                f"duplicate function name {_quote(name)}. Each tool needs a unique name.",
+                f"duplicate function name {quote(name)}. Each tool needs a unique name.",
             )
         seen.add(name)
 
 
 def _tool_choice(path: str, value: object) -> None:
     if isinstance(value, str):
-        _enum(path, value, TOOL_CHOICE_MODES)
+        enum_value(path, value, TOOL_CHOICE_MODES)
         return
     if not isinstance(value, dict):
-        raise _wrong_type(path, "one of a string or an object", value)
-    kind = _enum(
-        f"{path}.type", _required(value, "type", path), ("function", *UNSUPPORTED_TOOL_CHOICES)
+        raise wrong_type(path, "one of a string or an object", value)
+    kind = enum_value(
+        f"{path}.type", required(value, "type", path), ("function", *UNSUPPORTED_TOOL_CHOICES)
     )
     if kind in UNSUPPORTED_TOOL_CHOICES:
         raise UnsupportedParameter(
@@ -414,8 +307,8 @@ def _tool_choice(path: str, value: object) -> None:
             param=f"{path}.type",
         )
     function_path = f"{path}.function"
-    function = _object(function_path, _required(value, "function", path))
-    _string(f"{function_path}.name", _required(function, "name", function_path))
+    function = json_object(function_path, required(value, "function", path))
+    string(f"{function_path}.name", required(function, "name", function_path))
 
 
 # --- other fields ------------------------------------------------------------------------------
@@ -423,46 +316,44 @@ def _stop(path: str, value: object) -> None:
     if isinstance(value, str):
         return
     expected = "one of a string or array of strings"
-    for i, stop in enumerate(_array(path, value, max_items=MAX_STOP_SEQUENCES, expected=expected)):
-        _string(f"{path}[{i}]", stop)
+    for i, stop in enumerate(array(path, value, max_items=MAX_STOP_SEQUENCES, expected=expected)):
+        string(f"{path}[{i}]", stop)
 
 
 JSON_SCHEMA_FIELDS: Final[Mapping[str, Check]] = MappingProxyType(
-    {"description": _string, "schema": _object, "strict": _boolean}
+    {"description": string, "schema": json_object, "strict": boolean}
 )
 
 
 def _response_format(path: str, value: object) -> None:
-    response_format = _object(path, value)
-    kind = _enum(f"{path}.type", _required(response_format, "type", path), RESPONSE_FORMATS)
+    response_format = json_object(path, value)
+    kind = enum_value(f"{path}.type", required(response_format, "type", path), RESPONSE_FORMATS)
     if kind != "json_schema":
         return
     schema_path = f"{path}.json_schema"
-    spec = _object(schema_path, _required(response_format, "json_schema", path))
-    _name(f"{schema_path}.name", _required(spec, "name", schema_path))
-    _optional_fields(schema_path, spec, JSON_SCHEMA_FIELDS)
+    spec = json_object(schema_path, required(response_format, "json_schema", path))
+    _name(f"{schema_path}.name", required(spec, "name", schema_path))
+    optional_fields(schema_path, spec, JSON_SCHEMA_FIELDS)
 
 
 def _stream_options(path: str, value: object) -> None:
-    options = _object(path, value)
-    _optional_fields(path, options, {"include_usage": _boolean, "include_obfuscation": _boolean})
+    options = json_object(path, value)
+    optional_fields(path, options, {"include_usage": boolean, "include_obfuscation": boolean})
 
 
 def _logit_bias(path: str, value: object) -> None:
-    in_range = _number("decimal", -100, 100)
-    for token, bias in _object(path, value).items():
+    in_range = number("decimal", -100, 100)
+    for token, bias in json_object(path, value).items():
         # Keys are token ids; JSON object keys are strings, so "50256".
         if not (isinstance(token, str) and token.isascii() and token.isdigit()):
-            raise _invalid(
-                path, f"{_quote(str(token))} is not a token id (an integer, as a string)."
-            )
+            raise invalid(path, f"{quote(str(token))} is not a token id (an integer, as a string).")
         in_range(f"{path}.{token}", bias)
 
 
 def _metadata(path: str, value: object) -> None:
-    metadata = _object(path, value)
+    metadata = json_object(path, value)
     if len(metadata) > MAX_METADATA_KEYS:
-        raise _invalid(
+        raise invalid(
             path,
             f"too many properties. Expected an object with at most {MAX_METADATA_KEYS} "
             f"properties, but got an object with {len(metadata)} properties instead.",
@@ -470,14 +361,14 @@ def _metadata(path: str, value: object) -> None:
     for key, item in metadata.items():
         item_path = f"{path}.{key}"
         if len(str(key)) > MAX_METADATA_KEY_CHARS:
-            raise _too_long(item_path, MAX_METADATA_KEY_CHARS, len(str(key)), "key")
-        if len(_string(item_path, item)) > MAX_METADATA_VALUE_CHARS:
-            raise _too_long(item_path, MAX_METADATA_VALUE_CHARS, len(item))
+            raise too_long(item_path, MAX_METADATA_KEY_CHARS, len(str(key)), "key")
+        if len(string(item_path, item)) > MAX_METADATA_VALUE_CHARS:
+            raise too_long(item_path, MAX_METADATA_VALUE_CHARS, len(item))
 
 
 def _modalities(path: str, value: object) -> None:
-    for i, modality in enumerate(_array(path, value)):
-        _enum(f"{path}[{i}]", modality, MODALITIES)
+    for i, modality in enumerate(array(path, value)):
+        enum_value(f"{path}[{i}]", modality, MODALITIES)
 
 
 # Every top-level field checked besides messages (required, so checked first, on its own). A
@@ -487,30 +378,30 @@ FIELD_CHECKS: Final[Mapping[str, Check]] = MappingProxyType(
     {
         "tools": _tools,
         "tool_choice": _tool_choice,
-        "parallel_tool_calls": _boolean,
+        "parallel_tool_calls": boolean,
         "response_format": _response_format,
-        "stream": _boolean,
+        "stream": boolean,
         "stream_options": _stream_options,
-        "temperature": _number("decimal", 0, 2),
-        "top_p": _number("decimal", 0, 1),
-        "presence_penalty": _number("decimal", -2, 2),
-        "frequency_penalty": _number("decimal", -2, 2),
-        "n": _number("integer", 1),
-        "max_tokens": _number("integer", 1),
-        "max_completion_tokens": _number("integer", 1),
-        "seed": _number("integer", -(2**63), 2**63 - 1),
-        "logprobs": _boolean,
-        "top_logprobs": _number("integer", 0, MAX_TOP_LOGPROBS),
+        "temperature": number("decimal", 0, 2),
+        "top_p": number("decimal", 0, 1),
+        "presence_penalty": number("decimal", -2, 2),
+        "frequency_penalty": number("decimal", -2, 2),
+        "n": number("integer", 1),
+        "max_tokens": number("integer", 1),
+        "max_completion_tokens": number("integer", 1),
+        "seed": number("integer", -(2**63), 2**63 - 1),
+        "logprobs": boolean,
+        "top_logprobs": number("integer", 0, MAX_TOP_LOGPROBS),
         "logit_bias": _logit_bias,
         "stop": _stop,
-        "user": _string,
+        "user": string,
         "metadata": _metadata,
-        "store": _boolean,
+        "store": boolean,
         "modalities": _modalities,
-        "service_tier": partial(_enum, allowed=SERVICE_TIERS),
-        "verbosity": partial(_enum, allowed=VERBOSITIES),
-        "prompt_cache_key": _string,
-        "safety_identifier": _string,
+        "service_tier": partial(enum_value, allowed=SERVICE_TIERS),
+        "verbosity": partial(enum_value, allowed=VERBOSITIES),
+        "prompt_cache_key": string,
+        "safety_identifier": string,
     }
 )
 
@@ -539,8 +430,8 @@ def _named_tool_is_defined(body: Mapping[str, Any]) -> None:
     defined = [tool["function"]["name"] for tool in tools]
     if name not in defined:
         raise InvalidRequest(
-            f"Invalid value for 'tool_choice.function.name': no function named {_quote(name)} "
-            f"in 'tools'. Defined functions are: {_one_of(defined)}.",
+            f"Invalid value for 'tool_choice.function.name': no function named {quote(name)} "
+            f"in 'tools'. Defined functions are: {one_of(defined)}.",
             param="tool_choice.function.name",
         )
 
@@ -592,7 +483,7 @@ def _depth(body: object) -> None:
         value, depth, trail = stack.pop()
         if depth > MAX_DEPTH:
             path = _render(trail)
-            raise _invalid(
+            raise invalid(
                 path,
                 f"nested too deeply. Expected at most {MAX_DEPTH} levels of objects and arrays "
                 "in the request body.",
@@ -603,15 +494,43 @@ def _depth(body: object) -> None:
 
 
 # --- the entry point ---------------------------------------------------------------------------
-def validate_body(body: Mapping[str, Any]) -> None:
+# Where each top-level field comes in FIELD_CHECKS: the order its checks run in.
+FIELD_ORDER: Final[Mapping[str, int]] = MappingProxyType(
+    {key: i for i, key in enumerate(FIELD_CHECKS)}
+)
+
+
+def _top_level_fields(body: Mapping[str, Any]) -> None:
+    """``optional_fields("", body, FIELD_CHECKS)``, looking up the body's few keys in the
+    table rather than the table's 26 in the body; in the table's order, so that of two wrong
+    fields the same one is named."""
+    present = [key for key in body if key in FIELD_CHECKS]
+    if len(present) > 1:
+        present.sort(key=FIELD_ORDER.__getitem__)
+    for key in present:
+        value = body[key]
+        if value is not None:
+            FIELD_CHECKS[key](key, value)
+
+
+def within_depth(raw: bytes) -> bool:
+    """Whether a JSON text cannot nest deeper than MAX_DEPTH: every level opens with a ``{``
+    or ``[``, and counting them (those in strings too, and in any encoding JSON allows, as each
+    of them holds the byte) counts at least as many as there are levels."""
+    return raw.count(b"{") + raw.count(b"[") <= MAX_DEPTH
+
+
+def validate_body(body: Mapping[str, Any], *, depth_known: bool = False) -> None:
     """Raise the error OpenAI would give for ``body``, or return if it would accept it.
 
     ``model`` is the caller's to check (it is an alias here, not a model). Raises
     :class:`InvalidRequest`, or :class:`UnsupportedParameter` for what OpenAI accepts and the
-    gateway cannot carry (custom tools, ``allowed_tools``)."""
-    _depth(body)
+    gateway cannot carry (custom tools, ``allowed_tools``). ``depth_known``: the caller has
+    found the body within MAX_DEPTH (:func:`within_depth` of its text), so it is not walked."""
+    if not depth_known:
+        _depth(body)
     # Required, and null is no conversation: checked whatever its value.
-    _messages("messages", _required(body, "messages", ""))
-    _optional_fields("", body, FIELD_CHECKS)
+    _messages("messages", required(body, "messages", ""))
+    _top_level_fields(body)
     for check in CROSS_CHECKS:
         check(body)

@@ -4,6 +4,8 @@ import random
 from collections import Counter
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trio_gateway.config import AliasConfig, Capability, ProviderConfig
 from trio_gateway.errors import CapabilityUnavailable, ModelNotFound
@@ -71,3 +73,47 @@ def test_health_orders_live_providers_first_and_keeps_the_rest_as_last_resort() 
         order = [p.name for p in order_by_health(providers, {"a", "b", "fb"}, random.Random(seed))]
         assert sorted(order[:2]) == ["a", "b"]
         assert order[2:] == ["sick", "fb", "fb-sick"]
+
+
+def _order_as_it_was(
+    eligible: list[ProviderConfig], in_rotation: set[str], rng: random.Random
+) -> list[ProviderConfig]:
+    """order_by_health and attempt_order before the one-pass partition and the one-provider
+    shortcut: the reference the shortcuts must equal, draws from the generator included."""
+
+    def weighted(providers: list[ProviderConfig]) -> list[ProviderConfig]:
+        pool = [p for p in providers if p.weight > 0]
+        order: list[ProviderConfig] = []
+        while pool:
+            pick = rng.uniform(0, sum(p.weight for p in pool))
+            acc = 0.0
+            for i, p in enumerate(pool):
+                acc += p.weight
+                if pick <= acc:
+                    order.append(pool.pop(i))
+                    break
+            else:
+                order.append(pool.pop())
+        return order + [p for p in providers if p.weight == 0]
+
+    live = [p for p in eligible if p.name in in_rotation]
+    resting = [p for p in eligible if p.name not in in_rotation]
+    order = weighted([p for p in live if p.weight > 0])
+    order += sorted((p for p in resting if p.weight > 0), key=lambda p: -p.weight)
+    return order + [p for p in live if p.weight == 0] + [p for p in resting if p.weight == 0]
+
+
+@given(
+    weights=st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=5),
+    live=st.sets(st.integers(min_value=0, max_value=4)),
+    seed=st.integers(min_value=0, max_value=2**32),
+)
+def test_the_order_and_the_draws_are_what_they_were(
+    weights: list[int], live: set[int], seed: int
+) -> None:
+    providers = [provider(f"p{i}", w) for i, w in enumerate(weights)]
+    names = {f"p{i}" for i in live}
+    ours, theirs = random.Random(seed), random.Random(seed)
+    for _ in range(3):  # the generator's state after each call counts as much as the order
+        assert order_by_health(providers, names, ours) == _order_as_it_was(providers, names, theirs)
+    assert ours.random() == theirs.random()

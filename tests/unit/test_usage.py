@@ -310,3 +310,42 @@ async def test_batches_are_written_by_size_or_by_time(
         ledger.offer(one(5))
         ledger.close()
     assert rows(path) == [f"r{i}" for i in range(6)]
+
+
+async def _written(ledger: SQLiteLedger, count: int) -> None:
+    for _ in range(100_000):  # the writes run in a worker thread: nothing to wait on
+        if ledger.statistics().written >= count:
+            return
+        await trio.sleep(0.01)
+    raise AssertionError(f"{ledger.statistics().written} records written, not {count}")
+
+
+async def test_records_that_trickle_in_are_one_batch_and_a_burst_is_cut_at_batch_max(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trio_gateway.ledger as ledger_module
+
+    sizes: list[int] = []
+    write = ledger_module.write_batch
+
+    def counted(conn: sqlite3.Connection, records: list[UsageRecord]) -> None:
+        sizes.append(len(records))
+        write(conn, records)
+
+    monkeypatch.setattr(ledger_module, "write_batch", counted)
+    path = tmp_path / "u.sqlite3"
+    ledger = SQLiteLedger(str(path), UsageConfig(queue_size=100, batch_max=4, flush_interval_s=1.0))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_ledger, ledger)
+        for i in range(3):  # one every 0.2 s: all within the interval of the first
+            ledger.offer(one(i))
+            await trio.sleep(0.2)
+        await _written(ledger, 3)
+        assert sizes == [3]
+        for i in range(3, 13):  # a burst: cut at batch_max, the rest when the interval ends
+            ledger.offer(one(i))
+        await _written(ledger, 13)
+        nursery.cancel_scope.cancel()
+        ledger.close()
+    assert sizes == [3, 4, 4, 2]
+    assert rows(path) == [f"r{i}" for i in range(13)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from trio_gateway.config import Capability, ProviderConfig
@@ -35,12 +36,20 @@ IGNORED_FIELDS = frozenset({"store", "metadata", "user"})
 MAX_TOOL_CALLS = 128
 # Fields the gateway translates itself.
 TRANSLATED_FIELDS = frozenset({"reasoning_effort", "stream_options", "stream"}) | GATEWAY_FIELDS
+# Never sent as the client gave them, whatever the provider (its strip_fields come on top).
+DROPPED_FIELDS = IGNORED_FIELDS | TRANSLATED_FIELDS
+CALL_HEADERS: Mapping[str, str] = MappingProxyType(
+    {"content-type": "application/json", "accept": "text/event-stream"}
+)
+# json.dumps with an argument builds a new encoder per call; this one is built once (it keeps
+# no state between calls), with json.dumps's defaults otherwise.
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
 def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
     """The body sent upstream. The upstream is always asked to stream, with usage."""
-    drop = IGNORED_FIELDS | TRANSLATED_FIELDS | frozenset(provider.strip_fields)
-    body = {k: v for k, v in request.body.items() if k not in drop}
+    strip = provider.strip_fields
+    body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
     body["model"] = provider.model
     body["stream"] = True
     # Without include_usage vLLM reports no token counts at all on a stream; with
@@ -270,8 +279,8 @@ class OpenAICompatibleDialect:
     def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
         return UpstreamCall(
             url=provider.endpoint + "/chat/completions",
-            body=json.dumps(build_body(request, provider), ensure_ascii=False).encode(),
-            headers={"content-type": "application/json", "accept": "text/event-stream"},
+            body=_ENCODER.encode(build_body(request, provider)).encode(),
+            headers=CALL_HEADERS,
             # vLLM honours the flag only in what it returns, not in what it generates.
             first_tool_call_only=request.body.get("parallel_tool_calls") is False,
         )
