@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 
 import trio
 
@@ -25,17 +24,15 @@ class Drain:
     def __len__(self) -> int:
         return len(self._producers)
 
-    @contextmanager
-    def track(self) -> Iterator[trio.CancelScope]:
-        scope = trio.CancelScope()
-        self._producers.add(scope)
-        try:
-            with scope:
-                yield scope
-        finally:
-            self._producers.discard(scope)
-            if self.stopping and not self._producers:
-                self._idle.set()
+    def track(self) -> _Tracked:
+        """``with drain.track() as scope:`` around an answer's production; the drain's end
+        cancels ``scope``."""
+        return _Tracked(self)
+
+    def _done(self, scope: trio.CancelScope) -> None:
+        self._producers.discard(scope)
+        if self.stopping and not self._producers:
+            self._idle.set()
 
     def begin(self) -> None:
         """No new answers from now on; those running go on."""
@@ -53,3 +50,27 @@ class Drain:
         self.begin()
         for scope in self._producers:
             scope.cancel(reason=SHUTDOWN)
+
+
+class _Tracked:
+    """A class, not ``@contextmanager``: one per answer, thousands at once, and a generator and
+    its wrapper are most of a KiB more each."""
+
+    def __init__(self, drain: Drain) -> None:
+        self._drain = drain
+        self._scope = trio.CancelScope()
+
+    def __enter__(self) -> trio.CancelScope:
+        self._drain._producers.add(self._scope)
+        return self._scope.__enter__()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        try:
+            return self._scope.__exit__(exc_type, exc, tb)
+        finally:
+            self._drain._done(self._scope)

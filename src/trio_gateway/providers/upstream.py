@@ -209,10 +209,10 @@ class Upstream:
             headers.update(context.trace.child().headers())
             headers["x-request-id"] = context.request_id
         try:
-            with trio.fail_at(first_deadline):
-                if self._credential is not None:
+            if self._credential is not None:
+                with trio.fail_at(first_deadline):
                     secret = await self._credential.token()
-                    headers.update(self.dialect.auth_headers(secret))
+                headers.update(self.dialect.auth_headers(secret))
         except trio.TooSlowError:
             raise UpstreamTimeout(
                 f"{self.name}: no credential within {config.first_token_timeout_s:g} s",
@@ -317,6 +317,8 @@ class Upstream:
             await self._end_at_first_tool_call(response, emit, parser)
             return
         if parser.done:
+            if response.ended:
+                return  # the usual end: [DONE] and the body's last chunk came in one read
             # The answer is whole. Read to the end of the body, briefly, so the connection can
             # be reused; a server that lingers is not worth holding the client for.
             with trio.move_on_after(AFTER_DONE_GRACE_S), contextlib.suppress(GatewayError):
