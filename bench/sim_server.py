@@ -19,7 +19,6 @@ Everything after ``--`` is a ``python -m trio_gateway.sim`` flag.
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 import signal
 import sys
@@ -33,6 +32,7 @@ from typing import IO, Any
 import trio
 
 from bench.procstat import raise_nofile_limit
+from trio_gateway.server import freeze_start_up
 from trio_gateway.sim.cli import parse_args as parse_sim_args
 from trio_gateway.sim.config import SimConfig
 from trio_gateway.sim.engine import SimEngine, SimSequence
@@ -69,9 +69,9 @@ async def serve(config: SimConfig, host: str, port: int, backlog: int, log: IO[s
             handle: SimHandle = await nursery.start(
                 partial(serve_sim, config, host=host, port=port, backlog=backlog, engine=engine)
             )
-            # What is alive once serving lives as long as the process (server.freeze_start_up).
-            gc.collect()
-            gc.freeze()
+            # The gateway's collector policy (start-up frozen, full passes rare): at thousands
+            # of streams the simulator's own full passes held its loop for a second.
+            freeze_start_up()
             print(f"bench simulator on {handle.base_url}/v1 (backlog {backlog})", flush=True)
             async for _ in signals:
                 nursery.cancel_scope.cancel()

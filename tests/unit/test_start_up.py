@@ -40,14 +40,19 @@ def test_a_config_without_it_gets_no_warning(caplog: pytest.LogCaptureFixture) -
 def test_start_up_is_frozen_out_of_the_collector_s_walks() -> None:
     import gc
 
-    from trio_gateway.server import freeze_start_up
+    from trio_gateway.server import FULL_COLLECTION_EVERY, freeze_start_up
 
     before = gc.get_freeze_count()
+    thresholds = gc.get_threshold()
     alive = [[i] for i in range(1000)]  # objects alive at start-up, as the gateway's are
     try:
         freeze_start_up()
         assert gc.get_freeze_count() >= before + len(alive)
         # A collection no longer walks them: generation 2 holds only what came after.
         assert not any(obj is alive[0] for obj in gc.get_objects(generation=2))
+        # Full passes rarer; the young generations as they were.
+        assert gc.get_threshold() == (*thresholds[:2], FULL_COLLECTION_EVERY)
     finally:
-        gc.unfreeze()  # the test process runs many gateways: leave its collector as it was
+        # The test process runs many gateways: leave its collector as it was.
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
