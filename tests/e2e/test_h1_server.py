@@ -383,3 +383,26 @@ async def test_http2_prior_knowledge_is_handed_on() -> None:
         await c.send(preface + b"\x00\x00")
         assert await c.closed()
     assert got == [preface + b"\x00\x00"]
+
+
+async def test_a_failure_of_the_server_itself_ends_that_connection_only(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import trio_gateway.fronts.h1_serve as h1_serve
+
+    real = h1_serve.parse_request_head
+
+    def parse(block: bytes) -> Any:
+        if b"/boom" in block:
+            raise ValueError("a bug")
+        return real(block)
+
+    monkeypatch.setattr(h1_serve, "parse_request_head", parse)
+    async with serving(echo) as (_, port):
+        async with client(port) as c:
+            await c.send(b"GET /boom HTTP/1.1\r\nHost: gw\r\n\r\n")
+            assert await c.closed()
+        async with client(port) as c:  # the listener and the next connection go on
+            await c.send(post("/fine", b"ok"))
+            assert json.loads((await c.response())[2])["body"] == "ok"
+    assert "HTTP/1.x connection failed" in caplog.text

@@ -111,6 +111,10 @@ class H1Server:
             await _Connection(self, stream).run()
         except _Closed:
             pass
+        except Exception:
+            # One connection's failure is its own: the listener and every other connection
+            # go on (the app's own failures are answered with a 500 before this).
+            log.exception("HTTP/1.x connection failed")
         finally:
             await trio.aclose_forcefully(stream)
 
@@ -142,6 +146,7 @@ class _Connection:
                 head = parse_request_head(block)
             except RequestHeadError as exc:
                 await self._refuse(exc.status, exc.message)
+                await self._linger()
                 return
             if head.upgrade:
                 await server.hand_off(_Replay(self.stream, self.whole + rest))
@@ -193,6 +198,7 @@ class _Connection:
                         await self._refuse(
                             431, f"a request head larger than {MAX_HEAD_BYTES} bytes"
                         )
+                        await self._linger()
                         return None
                     searched = len(buffer)
                     data = await _read(self.sock)
