@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint typecheck unit bench bench-overhead bench-stream-timing \
+.PHONY: install run test lint typecheck unit bench bench-all bench-overhead bench-stream-timing \
 	bench-cancellation bench-scale bench-slow-clients bench-fleet bench-chunk-path mutation \
 	mutation-core mutation-providers clean
 
@@ -80,6 +80,10 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.suite $(BENCH_ARGS)
+
+# The performance suite and the fleet routing study (F) in one run.
+bench-all: $(BENCH_STAMP)
+	$(BIN)/python -m bench.suite --only overhead,stream_timing,cancellation,scale,slow_clients,fleet
 
 bench-overhead: $(BENCH_STAMP)
 	$(BIN)/python -m bench.overhead $(BENCH_ARGS)
