@@ -388,16 +388,14 @@ async def test_http2_prior_knowledge_is_handed_on() -> None:
 async def test_a_failure_of_the_server_itself_ends_that_connection_only(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import trio_gateway.fronts.h1_serve as h1_serve
-
-    real = h1_serve.parse_request_head
+    from trio_gateway.fronts.h1_parse import parse_request_head as real
 
     def parse(block: bytes) -> Any:
         if b"/boom" in block:
             raise ValueError("a bug")
         return real(block)
 
-    monkeypatch.setattr(h1_serve, "parse_request_head", parse)
+    monkeypatch.setattr("trio_gateway.fronts.h1_serve.parse_request_head", parse)
     async with serving(echo) as (_, port):
         async with client(port) as c:
             await c.send(b"GET /boom HTTP/1.1\r\nHost: gw\r\n\r\n")
