@@ -305,10 +305,15 @@ class H1Response:
         self._stream: trio.abc.Stream | None = stream
         self.head = head
         self.status_code = head.status
-        self.headers = httpx.Headers(list(head.headers))
         self._body = body
         self._leftover = leftover
         self._ended = body is not None and body.done and not leftover
+
+    @property
+    def headers(self) -> httpx.Headers:
+        """The head's headers as a case-blind mapping, made when asked for (an error's
+        classification): thousands of streams at once each held one otherwise."""
+        return httpx.Headers(list(self.head.headers))
 
     @property
     def ended(self) -> bool:

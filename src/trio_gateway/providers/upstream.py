@@ -251,7 +251,7 @@ class Upstream:
                 raise self.dialect.classify_error(
                     self.name, response.status_code, error_body, response.headers
                 )
-            content_type = response.headers.get("content-type", "")
+            content_type = response.head.get("content-type") or ""
             if content_type.startswith("application/json"):
                 await self._whole(response, emit, first_deadline)
             else:
