@@ -191,15 +191,15 @@ class H1Pool:
     async def _dial(self, origin: Origin) -> trio.abc.Stream:
         name = self.provider
         try:
-            with trio.fail_after(self.connect_timeout_s):
+            with trio.move_on_after(self.connect_timeout_s) as late:
                 stream = await self._connect(origin)
-        except trio.TooSlowError:
-            raise UpstreamUnreachable(f"{name}: connect timed out", provider=name) from None
         except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
             cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
             raise UpstreamUnreachable(
                 f"{name}: cannot connect ({cause or 'connection refused'})", provider=name
             ) from None
+        if late.cancelled_caught:
+            raise UpstreamUnreachable(f"{name}: connect timed out", provider=name)
         return stream
 
     async def post(self, url: str, headers: dict[str, str], body: bytes) -> H1Response:

@@ -235,14 +235,15 @@ class Upstream:
         meter: UsageMeter | None,
     ) -> None:
         config = self.config
-        try:
-            with trio.fail_at(first_deadline):
-                response = await self._h1.post(call.url, headers, call.body)
-        except trio.TooSlowError:
+        # A plain scope, not fail_at's generator: it is held through the wait for the head,
+        # which is where thousands of requests are while a load ramps up.
+        with trio.CancelScope(deadline=first_deadline) as waiting:
+            response = await self._h1.post(call.url, headers, call.body)
+        if waiting.cancelled_caught:
             raise UpstreamTimeout(
                 f"{self.name}: no response within {config.first_token_timeout_s:g} s",
                 provider=self.name,
-            ) from None
+            )
         try:
             if response.status_code != 200:
                 error_body = b""
