@@ -25,6 +25,7 @@ from trio_gateway.fronts.auth import http_key
 from trio_gateway.fronts.chat import handle_chat
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.events_sse import handle_events
+from trio_gateway.fronts.h1_serve import HANG_UP_EXTENSION
 from trio_gateway.fronts.http import (
     ClientGone,
     Receive,
@@ -158,6 +159,7 @@ class GatewayApp:
             key = http_key(scope, self.keys) if path in KEYED_PATHS else None
             drop = partial(self.connections.abort, scope.get("client"))
             client = self._client_socket(scope)
+            hang_up = scope["extensions"].get(HANG_UP_EXTENSION) if "extensions" in scope else None
             if path in ("/v1/chat/completions", "/v1/events"):
                 handle = handle_chat if path == "/v1/chat/completions" else handle_events
                 await handle(
@@ -170,6 +172,7 @@ class GatewayApp:
                     key,
                     client,
                     session,
+                    hang_up,
                 )
             elif path == "/v1/models" and model_id is not None:
                 await send_json(send, 200, self._model(model_id, key))

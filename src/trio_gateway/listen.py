@@ -152,24 +152,31 @@ async def serve_asgi(
             )
         )
         binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
-    async with trio.open_nursery() as server_nursery:
-        task_status.started(binds)
-        try:
-            async with trio.open_nursery() as nursery:
+    # The hang-up watch outlives the connections' nursery: a client may leave while draining.
+    async with trio.open_nursery() as watching:
+        await watching.start(h1.hang_ups.serve)
+        async with trio.open_nursery() as server_nursery:
+            task_status.started(binds)
+            try:
+                async with trio.open_nursery() as nursery:
 
-                async def stop_when_triggered() -> None:
-                    await shutdown_trigger()
-                    raise _Shutdown
+                    async def stop_when_triggered() -> None:
+                        await shutdown_trigger()
+                        raise _Shutdown
 
-                nursery.start_soon(stop_when_triggered)
-                nursery.start_soon(
-                    partial(
-                        trio.serve_listeners, h1.serve, listeners, handler_nursery=server_nursery
+                    nursery.start_soon(stop_when_triggered)
+                    nursery.start_soon(
+                        partial(
+                            trio.serve_listeners,
+                            h1.serve,
+                            listeners,
+                            handler_nursery=server_nursery,
+                        )
                     )
-                )
-        except* _Shutdown:
-            pass
-        finally:
-            h1.terminate()
-            await context.terminated.set()
-            server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+            except* _Shutdown:
+                pass
+            finally:
+                h1.terminate()
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+        watching.cancel_scope.cancel()

@@ -39,6 +39,9 @@ log = logging.getLogger("trio_gateway")
 
 Item = Event | GatewayError
 Watch = Callable[[trio.CancelScope, "Outcome"], Awaitable[None]]
+# Arranges for the scope to be cancelled (and the outcome told) when the client hangs up;
+# returns how to stop watching.
+HangUp = Callable[[trio.CancelScope, "Outcome"], Callable[[], object]]
 DropConnection = Callable[[], object]
 
 
@@ -150,26 +153,40 @@ async def relay(
     sink: Sink,
     client_stall_timeout_s: float,
     watch: Sequence[Watch] = (),
+    hang_up: HangUp | None = None,
     drop_connection: DropConnection | None = None,
     request_id: str = "",
     admission: Admission | None = None,
 ) -> Outcome:
     """``watch`` runs beside the producer (a disconnect watcher, a stall watchdog) and may
-    cancel the request's scope. ``drop_connection`` is called when the client stalls: a
-    connection whose answer stopped half-way cannot be used again.
+    cancel the request's scope. ``hang_up``, where the server offers it, does a disconnect
+    watcher's work with no task of the request's own: it is given the scope and the outcome,
+    arranges for them to be told when the client hangs up, and returns how to stop that.
+    ``drop_connection`` is called when the client stalls: a connection whose answer stopped
+    half-way cannot be used again.
     ``request_id`` names the request's usage record; ``admission`` (a keyed request's budget
     hold) is settled from that record, however the request ended."""
     outcome = Outcome()
     started_at = trio.current_time()
     started_wall = time.time()
+    scope = trio.CancelScope()
+    unwatch = hang_up(scope, outcome) if hang_up is not None else None
     try:
-        async with trio.open_nursery() as nursery:
-            for watcher in watch:
-                nursery.start_soon(watcher, nursery.cancel_scope, outcome)
-            await _produce(
-                request, plan, outcome, sink, client_stall_timeout_s, drop_connection, nursery
-            )
-            nursery.cancel_scope.cancel()
+        if watch:
+            async with trio.open_nursery() as nursery:
+                for watcher in watch:
+                    nursery.start_soon(watcher, scope, outcome)
+                with scope:
+                    await _produce(
+                        request, plan, outcome, sink, client_stall_timeout_s, drop_connection, scope
+                    )
+                nursery.cancel_scope.cancel()
+        else:
+            # No task beside the producer: no nursery either (thousands of answers at once).
+            with scope:
+                await _produce(
+                    request, plan, outcome, sink, client_stall_timeout_s, drop_connection, scope
+                )
     except BaseException as exc:
         # Cancelled from outside the request's own scope: the server is stopping. It arrives
         # through the request's nursery, so as a group of Cancelled, not a bare one.
@@ -177,6 +194,8 @@ async def relay(
             outcome.cancelled = outcome.cancelled or SHUTDOWN
         raise
     finally:
+        if unwatch is not None:
+            unwatch()
         usage_rec = record(
             plan,
             outcome,
@@ -201,9 +220,8 @@ async def _produce(
     sink: Sink,
     client_stall_timeout_s: float,
     drop_connection: DropConnection | None,
-    nursery: trio.Nursery,
+    scope: trio.CancelScope,
 ) -> None:
-    scope = nursery.cancel_scope
 
     async def left(cause: str) -> None:
         outcome.cancelled = outcome.cancelled or cause

@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from trio_gateway.fronts.h1_serve import H1Server
+from trio_gateway.fronts.h1_serve import HANG_UP_EXTENSION, H1Server, HangUps
 
 Message = dict[str, Any]
 
@@ -87,6 +87,7 @@ async def serving(
 ) -> AsyncIterator[tuple[H1Server, int]]:
     server = H1Server(app, hand_off, keep_alive_timeout_s=keep_alive_timeout_s, write_timeout_s=5.0)
     async with trio.open_nursery() as nursery:
+        await nursery.start(server.hang_ups.serve)
         listeners = await nursery.start(trio.serve_tcp, server.serve, 0)
         yield server, listeners[0].socket.getsockname()[1]
         nursery.cancel_scope.cancel()
@@ -404,3 +405,100 @@ async def test_a_failure_of_the_server_itself_ends_that_connection_only(
             await c.send(post("/fine", b"ok"))
             assert json.loads((await c.response())[2])["body"] == "ok"
     assert "HTTP/1.x connection failed" in caplog.text
+
+
+async def test_the_hang_up_watch_tells_of_a_client_that_left_once_and_not_after_it_ended() -> None:
+    told: list[str] = []
+    left = trio.Event()
+
+    def gone(path: str) -> None:
+        told.append(path)
+        left.set()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        watch = scope["extensions"][HANG_UP_EXTENSION]
+        unwatch = watch(lambda: gone(scope["path"]))
+        if scope["path"] == "/stay":
+            unwatch()  # the answer ended first: a later hang-up is nobody's business
+        await trio.sleep_forever()
+
+    async with serving(app) as (server, port):
+        async with client(port) as c:
+            await c.send(b"GET /stay HTTP/1.1\r\nHost: gw\r\n\r\n")
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(server.hang_ups) == 0
+        await trio.testing.wait_all_tasks_blocked()
+        assert told == []
+        async with client(port) as c:
+            await c.send(b"GET /leave HTTP/1.1\r\nHost: gw\r\n\r\n")
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(server.hang_ups) == 1
+        with trio.fail_after(5):
+            await left.wait()
+        assert len(server.hang_ups) == 0
+    assert told == ["/leave"]
+
+
+async def test_a_watch_of_a_reused_descriptor_is_not_undone_by_the_old_unwatch() -> None:
+    hang_ups = HangUps()
+    told: list[str] = []
+    left = trio.Event()
+
+    def gone(which: str) -> None:
+        told.append(which)
+        left.set()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hang_ups.serve)
+        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        async with listener:
+            peer = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
+            server_side = await listener.accept()
+            old = hang_ups.watch(server_side.socket, lambda: gone("old"))
+            hang_ups.watch(server_side.socket, lambda: gone("new"))  # the same descriptor
+            old()
+            assert len(hang_ups) == 1
+            await peer.aclose()
+            with trio.fail_after(5):
+                await left.wait()
+            assert told == ["new"]
+            await server_side.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_many_clients_hanging_up_at_once_are_each_told_once() -> None:
+    clients = 60
+    told: list[int] = []
+    all_told = trio.Event()
+    watching = 0
+    all_watching = trio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal watching
+        port = scope["client"][1]
+
+        def gone() -> None:
+            told.append(port)
+            if len(told) == clients:
+                all_told.set()
+
+        scope["extensions"][HANG_UP_EXTENSION](gone)
+        watching += 1
+        if watching == clients:
+            all_watching.set()
+        await trio.sleep_forever()
+
+    async with serving(app) as (server, port):
+        streams = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(clients)]
+        for stream in streams:
+            await stream.send_all(b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n")
+        with trio.fail_after(5):
+            await all_watching.wait()
+        assert len(server.hang_ups) == clients
+        for stream in streams:  # all at once, between two looks of the watch
+            stream.socket.close()
+        with trio.fail_after(5):
+            await all_told.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(told) == len(set(told)) == clients  # each told, and only once
+        assert len(server.hang_ups) == 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import trio
 
@@ -25,6 +25,26 @@ from trio_gateway.pipeline import Router
 from trio_gateway.relay import CLIENT_GONE, DropConnection, Item, Outcome, Watch, relay
 from trio_gateway.request import parse_chat_request
 from trio_gateway.sse import DONE
+
+# A server's hang-up watch for one client: call this once it hangs up; returns how to stop.
+ClientHangUp = Callable[[Callable[[], object]], Callable[[], object]]
+
+
+def on_hang_up(
+    watch: ClientHangUp, answered: trio.Event
+) -> Callable[[trio.CancelScope, Outcome], Callable[[], object]]:
+    """``watch_disconnect``'s work without a task, where the server offers a hang-up watch
+    (``h1_serve.HANG_UP_EXTENSION``); a hang-up after the answer is no cancellation."""
+
+    def arrange(scope: trio.CancelScope, outcome: Outcome) -> Callable[[], object]:
+        def gone() -> None:
+            if not answered.is_set():
+                outcome.cancelled = outcome.cancelled or CLIENT_GONE
+                scope.cancel(reason=CLIENT_GONE)
+
+        return watch(gone)
+
+    return arrange
 
 
 async def watch_disconnect(
@@ -83,6 +103,7 @@ async def handle_chat(
     key: ApiKey | None = None,
     client: ClientSocket | None = None,
     session_id: str | None = None,
+    hang_up: ClientHangUp | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
     request = with_session(authorize(parse_chat_request(body), key), session_id)
@@ -128,10 +149,13 @@ async def handle_chat(
         )
         answered = sink.answered
 
-    async def watch(scope: trio.CancelScope, outcome: Outcome) -> None:
-        await watch_disconnect(receive, scope, outcome, answered)
+    watchers: list[Watch] = []
+    if hang_up is None:
 
-    watchers: list[Watch] = [watch]
+        async def watch(scope: trio.CancelScope, outcome: Outcome) -> None:
+            await watch_disconnect(receive, scope, outcome, answered)
+
+        watchers.append(watch)
     if isinstance(sink, SSEAnswer) and client is None:
         watchers.append(sink.watchdog)  # hypercorn's writes: no deadline of their own
     return await relay(
@@ -140,6 +164,7 @@ async def handle_chat(
         sink=sink,
         client_stall_timeout_s=server.client_stall_timeout_s,
         watch=watchers,
+        hang_up=None if hang_up is None else on_hang_up(hang_up, answered),
         drop_connection=drop_connection,
         request_id=request_id,
         admission=admission,

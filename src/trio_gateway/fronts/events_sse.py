@@ -13,7 +13,7 @@ from trio_gateway.auth import ApiKey
 from trio_gateway.config import ServerConfig
 from trio_gateway.errors import InternalError
 from trio_gateway.fronts.auth import authorize, with_session
-from trio_gateway.fronts.chat import watch_disconnect
+from trio_gateway.fronts.chat import ClientHangUp, on_hang_up, watch_disconnect
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.events_codec import EventEncoder, is_terminal, sse_frame
 from trio_gateway.fronts.http import Receive, Send, SSEAnswer, read_body
@@ -34,6 +34,7 @@ async def handle_events(
     key: ApiKey | None = None,
     client: ClientSocket | None = None,
     session_id: str | None = None,
+    hang_up: ClientHangUp | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
     request = with_session(authorize(parse_chat_request(body), key), session_id)
@@ -74,13 +75,16 @@ async def handle_events(
         closing=closing,
         extra_sse_headers=[EVENTS_VERSION_HEADER],
     )
-    watchers: list[Watch] = [watch] if client is not None else [watch, sink.watchdog]
+    watchers: list[Watch] = [] if hang_up is not None else [watch]
+    if client is None:
+        watchers.append(sink.watchdog)  # hypercorn's writes: no deadline of their own
     return await relay(
         request,
         plan,
         sink=sink,
         client_stall_timeout_s=server.client_stall_timeout_s,
         watch=watchers,
+        hang_up=None if hang_up is None else on_hang_up(hang_up, answered),
         drop_connection=drop_connection,
         request_id=request_id,
         admission=admission,
