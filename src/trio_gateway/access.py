@@ -44,6 +44,9 @@ class RequestContext:
     ttft_s: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # Set by the upstream shell while it reads a response: shuts that connection at once, from
+    # outside the request's task (a hang-up seen while the producer waits its turn).
+    abort_upstream: Callable[[], object] | None = None
 
     def record(self, record: UsageRecord) -> None:
         """What the answer was, from its usage record (relay.record, or a refusal's)."""

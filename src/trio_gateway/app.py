@@ -159,7 +159,6 @@ class GatewayApp:
             key = http_key(scope, self.keys) if path in KEYED_PATHS else None
             drop = partial(self.connections.abort, scope.get("client"))
             client = self._client_socket(scope)
-            hang_up = scope["extensions"].get(HANG_UP_EXTENSION) if "extensions" in scope else None
             if path in ("/v1/chat/completions", "/v1/events"):
                 handle = handle_chat if path == "/v1/chat/completions" else handle_events
                 await handle(
@@ -172,7 +171,6 @@ class GatewayApp:
                     key,
                     client,
                     session,
-                    hang_up,
                 )
             elif path == "/v1/models" and model_id is not None:
                 await send_json(send, 200, self._model(model_id, key))
@@ -216,7 +214,10 @@ class GatewayApp:
         if version not in ("1.1", "1.0"):
             return None
         sock = self.connections.socket(scope.get("client"))
-        return None if sock is None else ClientSocket(sock, chunked=version == "1.1")
+        if sock is None:
+            return None
+        hang_ups = scope["extensions"].get(HANG_UP_EXTENSION) if "extensions" in scope else None
+        return ClientSocket(sock, chunked=version == "1.1", hang_ups=hang_ups)
 
     def _refused(
         self,

@@ -39,10 +39,17 @@ log = logging.getLogger("trio_gateway")
 
 Item = Event | GatewayError
 Watch = Callable[[trio.CancelScope, "Outcome"], Awaitable[None]]
-# Arranges for the scope to be cancelled (and the outcome told) when the client hangs up;
-# returns how to stop watching.
-HangUp = Callable[[trio.CancelScope, "Outcome"], Callable[[], object]]
 DropConnection = Callable[[], object]
+
+
+class HangUpWatch(Protocol):
+    """A disconnect watcher's work done without a task (``fronts/chat.HangUpCancel``)."""
+
+    def start(self, scope: trio.CancelScope, outcome: Outcome) -> None:
+        """From now on, a hang-up of the client cancels ``scope`` and tells ``outcome``."""
+
+    def stop(self) -> None:
+        """No more of that (the answer is over)."""
 
 
 class ClientStalled(Exception):
@@ -153,15 +160,14 @@ async def relay(
     sink: Sink,
     client_stall_timeout_s: float,
     watch: Sequence[Watch] = (),
-    hang_up: HangUp | None = None,
+    hang_up: HangUpWatch | None = None,
     drop_connection: DropConnection | None = None,
     request_id: str = "",
     admission: Admission | None = None,
 ) -> Outcome:
     """``watch`` runs beside the producer (a disconnect watcher, a stall watchdog) and may
     cancel the request's scope. ``hang_up``, where the server offers it, does a disconnect
-    watcher's work with no task of the request's own: it is given the scope and the outcome,
-    arranges for them to be told when the client hangs up, and returns how to stop that.
+    watcher's work with no task of the request's own.
     ``drop_connection`` is called when the client stalls: a connection whose answer stopped
     half-way cannot be used again.
     ``request_id`` names the request's usage record; ``admission`` (a keyed request's budget
@@ -170,7 +176,8 @@ async def relay(
     started_at = trio.current_time()
     started_wall = time.time()
     scope = trio.CancelScope()
-    unwatch = hang_up(scope, outcome) if hang_up is not None else None
+    if hang_up is not None:
+        hang_up.start(scope, outcome)
     try:
         if watch:
             async with trio.open_nursery() as nursery:
@@ -194,8 +201,8 @@ async def relay(
             outcome.cancelled = outcome.cancelled or SHUTDOWN
         raise
     finally:
-        if unwatch is not None:
-            unwatch()
+        if hang_up is not None:
+            hang_up.stop()
         usage_rec = record(
             plan,
             outcome,

@@ -9,13 +9,14 @@ import socket
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from trio_gateway.fronts.h1_serve import HANG_UP_EXTENSION, H1Server, HangUps
+from trio_gateway.fronts.h1_serve import HANG_UP_EXTENSION, TICKS_PER_POLL, H1Server, HangUps
 
 Message = dict[str, Any]
 
@@ -83,12 +84,24 @@ async def refuse_hand_off(stream: trio.abc.Stream) -> None:
 
 @asynccontextmanager
 async def serving(
-    app: Any, *, keep_alive_timeout_s: float = 5.0, hand_off: Any = refuse_hand_off
+    app: Any,
+    *,
+    keep_alive_timeout_s: float = 5.0,
+    hand_off: Any = refuse_hand_off,
+    fds: dict[Any, int] | None = None,
 ) -> AsyncIterator[tuple[H1Server, int]]:
+    """``fds``, when given, gets each connection's descriptor by its client address (what the
+    gateway's app finds through ``listen.Connections``)."""
     server = H1Server(app, hand_off, keep_alive_timeout_s=keep_alive_timeout_s, write_timeout_s=5.0)
+
+    async def serve(stream: trio.SocketStream) -> None:
+        if fds is not None:
+            fds[tuple(stream.socket.getpeername())] = stream.socket.fileno()
+        await server.serve(stream)
+
     async with trio.open_nursery() as nursery:
         await nursery.start(server.hang_ups.serve)
-        listeners = await nursery.start(trio.serve_tcp, server.serve, 0)
+        listeners = await nursery.start(trio.serve_tcp, serve, 0)
         yield server, listeners[0].socket.getsockname()[1]
         nursery.cancel_scope.cancel()
 
@@ -410,19 +423,22 @@ async def test_a_failure_of_the_server_itself_ends_that_connection_only(
 async def test_the_hang_up_watch_tells_of_a_client_that_left_once_and_not_after_it_ended() -> None:
     told: list[str] = []
     left = trio.Event()
+    fds: dict[Any, int] = {}
 
     def gone(path: str) -> None:
         told.append(path)
         left.set()
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        watch = scope["extensions"][HANG_UP_EXTENSION]
-        unwatch = watch(lambda: gone(scope["path"]))
+        hang_ups = scope["extensions"][HANG_UP_EXTENSION]
+        fd = fds[tuple(scope["client"])]
+        callback = partial(gone, scope["path"])
+        hang_ups.watch(fd, callback)
         if scope["path"] == "/stay":
-            unwatch()  # the answer ended first: a later hang-up is nobody's business
+            hang_ups.unwatch(fd, callback)  # the answer ended first: nobody's business later
         await trio.sleep_forever()
 
-    async with serving(app) as (server, port):
+    async with serving(app, fds=fds) as (server, port):
         async with client(port) as c:
             await c.send(b"GET /stay HTTP/1.1\r\nHost: gw\r\n\r\n")
             await trio.testing.wait_all_tasks_blocked()
@@ -454,9 +470,11 @@ async def test_a_watch_of_a_reused_descriptor_is_not_undone_by_the_old_unwatch()
         async with listener:
             peer = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
             server_side = await listener.accept()
-            old = hang_ups.watch(server_side.socket, lambda: gone("old"))
-            hang_ups.watch(server_side.socket, lambda: gone("new"))  # the same descriptor
-            old()
+            fd = server_side.socket.fileno()
+            old = partial(gone, "old")
+            hang_ups.watch(fd, old)
+            hang_ups.watch(fd, partial(gone, "new"))  # the same descriptor, watched anew
+            hang_ups.unwatch(fd, old)
             assert len(hang_ups) == 1
             await peer.aclose()
             with trio.fail_after(5):
@@ -472,6 +490,7 @@ async def test_many_clients_hanging_up_at_once_are_each_told_once() -> None:
     all_told = trio.Event()
     watching = 0
     all_watching = trio.Event()
+    fds: dict[Any, int] = {}
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         nonlocal watching
@@ -482,13 +501,13 @@ async def test_many_clients_hanging_up_at_once_are_each_told_once() -> None:
             if len(told) == clients:
                 all_told.set()
 
-        scope["extensions"][HANG_UP_EXTENSION](gone)
+        scope["extensions"][HANG_UP_EXTENSION].watch(fds[tuple(scope["client"])], gone)
         watching += 1
         if watching == clients:
             all_watching.set()
         await trio.sleep_forever()
 
-    async with serving(app) as (server, port):
+    async with serving(app, fds=fds) as (server, port):
         streams = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(clients)]
         for stream in streams:
             await stream.send_all(b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n")
@@ -502,3 +521,26 @@ async def test_many_clients_hanging_up_at_once_are_each_told_once() -> None:
         await trio.testing.wait_all_tasks_blocked()
         assert len(told) == len(set(told)) == clients  # each told, and only once
         assert len(server.hang_ups) == 0
+
+
+async def test_work_in_one_long_turn_looks_at_the_hang_ups_itself() -> None:
+    """A burst of chunks is one turn of trio's loop, in which the serve task cannot run: the
+    writers' ticks find the hang-up, with no checkpoint between the close and the callback."""
+    hang_ups = HangUps()
+    told: list[str] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hang_ups.serve)
+        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        async with listener:
+            peer = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
+            server_side = await listener.accept()
+            hang_ups.watch(server_side.socket.fileno(), partial(told.append, "gone"))
+            peer.socket.close()  # the FIN is in the kernel's hands at once, on loopback
+            for _ in range(TICKS_PER_POLL - 1):
+                hang_ups.tick()
+            assert told == []  # a look only every TICKS_PER_POLL ticks
+            hang_ups.tick()
+            assert told == ["gone"]
+            assert len(hang_ups) == 0
+            await server_side.aclose()
+        nursery.cancel_scope.cancel()

@@ -314,3 +314,35 @@ async def test_idle_connections_are_bounded_when_many_end_at_once() -> None:
             for _ in range(4):
                 nursery.start_soon(one)
         assert len(accepted) == 10 and client.idle_count() == 4
+
+
+async def test_an_abort_reaches_the_server_with_no_read_of_the_client_task() -> None:
+    saw_end = trio.Event()
+
+    async def answer_then_listen(stream: trio.SocketStream, _: int) -> None:
+        await read_request(stream)
+        await stream.send_all(SSE_HEAD + chunk(b"data: a\n\n"))
+        assert await stream.receive_some(10) == b""
+        saw_end.set()
+
+    async with server(answer_then_listen) as (url, _):
+        client = pool()
+        response = await client.post(url, {}, b"{}")
+        await response.receive()
+        response.abort()  # from outside: the reading task does nothing more before the end
+        with trio.fail_after(5):
+            await saw_end.wait()
+        await response.aclose()
+        assert client.idle_count() == 0
+
+
+async def test_an_aborted_connection_is_not_reused_even_after_a_whole_body() -> None:
+    async with server(sse_forever) as (url, accepted):
+        client = pool()
+        response = await client.post(url, {}, b"{}")
+        await read_all(response)
+        response.abort()
+        await response.aclose()
+        assert client.idle_count() == 0
+        await read_all(await client.post(url, {}, b"{}"))
+    assert accepted == [0, 1]

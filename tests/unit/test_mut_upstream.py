@@ -573,3 +573,20 @@ async def test_each_attempt_carries_the_request_id_and_a_child_span_of_its_trace
     traceparent = request.headers["traceparent"]
     assert traceparent.split("-")[1] == trace.trace_id  # the same trace, a span of its own
     assert traceparent != trace.traceparent()
+
+
+async def test_the_response_being_read_can_be_aborted_from_the_context_and_only_then() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        body = sse({"choices": [{"delta": {"content": "a"}, "finish_reason": "stop"}]}, "[DONE]")
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    context = RequestContext(request_id="r", route="POST /v1/chat/completions", trace=new_trace())
+    during: list[object] = []
+
+    async def emit(batch: list[Event]) -> None:
+        during.append(context.abort_upstream)
+
+    with request_context(context):
+        await shell(handler).stream_chat(chat(), emit)
+    assert during and all(getattr(a, "__name__", None) == "abort" for a in during)
+    assert context.abort_upstream is None  # the response is closed: nothing to abort

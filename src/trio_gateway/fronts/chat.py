@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
+from trio_gateway.access import RequestContext
+from trio_gateway.access import current as current_request
 from trio_gateway.auth import ApiKey
 from trio_gateway.config import ServerConfig
 from trio_gateway.errors import GatewayError, InternalError
@@ -26,25 +29,57 @@ from trio_gateway.relay import CLIENT_GONE, DropConnection, Item, Outcome, Watch
 from trio_gateway.request import parse_chat_request
 from trio_gateway.sse import DONE
 
-# A server's hang-up watch for one client: call this once it hangs up; returns how to stop.
-ClientHangUp = Callable[[Callable[[], object]], Callable[[], object]]
+if TYPE_CHECKING:
+    from trio_gateway.fronts.h1_serve import HangUps
 
 
-def on_hang_up(
-    watch: ClientHangUp, answered: trio.Event
-) -> Callable[[trio.CancelScope, Outcome], Callable[[], object]]:
-    """``watch_disconnect``'s work without a task, where the server offers a hang-up watch
-    (``h1_serve.HANG_UP_EXTENSION``); a hang-up after the answer is no cancellation."""
+class HangUpCancel:
+    """:func:`watch_disconnect`'s work without a task of the request's own, where the server
+    keeps a hang-up watch (``h1_serve.HangUps``): called once the client hangs up, it cancels the
+    request's scope and shuts the upstream connection at once (``RequestContext.abort_upstream``):
+    the cancelled producer runs only on trio's next turn, which at thousands of streams may be
+    a burst of other streams' chunks away. A hang-up after the answer is no cancellation."""
 
-    def arrange(scope: trio.CancelScope, outcome: Outcome) -> Callable[[], object]:
-        def gone() -> None:
-            if not answered.is_set():
-                outcome.cancelled = outcome.cancelled or CLIENT_GONE
-                scope.cancel(reason=CLIENT_GONE)
+    __slots__ = ("_answered", "_context", "_fd", "_hang_ups", "_outcome", "_scope")
 
-        return watch(gone)
+    def __init__(self, hang_ups: HangUps, fd: int, answered: trio.Event) -> None:
+        self._hang_ups = hang_ups
+        self._fd = fd
+        self._answered = answered
+        self._scope: trio.CancelScope | None = None
+        self._outcome: Outcome | None = None
+        self._context: RequestContext | None = None
 
-    return arrange
+    def start(self, scope: trio.CancelScope, outcome: Outcome) -> None:
+        self._scope, self._outcome, self._context = scope, outcome, current_request()
+        self._hang_ups.watch(self._fd, self)
+
+    def stop(self) -> None:
+        self._hang_ups.unwatch(self._fd, self)
+
+    def __call__(self) -> None:
+        scope, outcome = self._scope, self._outcome
+        if scope is None or outcome is None or self._answered.is_set():
+            return
+        outcome.cancelled = outcome.cancelled or CLIENT_GONE
+        scope.cancel(reason=CLIENT_GONE)
+        context = self._context
+        if context is not None and context.abort_upstream is not None:
+            context.abort_upstream()
+
+
+def client_watch(
+    receive: Receive, client: ClientSocket | None, answered: trio.Event
+) -> tuple[list[Watch], HangUpCancel | None]:
+    """How a request learns that its client left: from the server's hang-up watch where it
+    runs, else from a watcher task waiting on ``receive()``."""
+    if client is not None and client.hang_ups is not None:
+        return [], HangUpCancel(client.hang_ups, client.sock.fileno(), answered)
+
+    async def watch(scope: trio.CancelScope, outcome: Outcome) -> None:
+        await watch_disconnect(receive, scope, outcome, answered)
+
+    return [watch], None
 
 
 async def watch_disconnect(
@@ -103,7 +138,6 @@ async def handle_chat(
     key: ApiKey | None = None,
     client: ClientSocket | None = None,
     session_id: str | None = None,
-    hang_up: ClientHangUp | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
     request = with_session(authorize(parse_chat_request(body), key), session_id)
@@ -149,13 +183,7 @@ async def handle_chat(
         )
         answered = sink.answered
 
-    watchers: list[Watch] = []
-    if hang_up is None:
-
-        async def watch(scope: trio.CancelScope, outcome: Outcome) -> None:
-            await watch_disconnect(receive, scope, outcome, answered)
-
-        watchers.append(watch)
+    watchers, hang_up = client_watch(receive, client, answered)
     if isinstance(sink, SSEAnswer) and client is None:
         watchers.append(sink.watchdog)  # hypercorn's writes: no deadline of their own
     return await relay(
@@ -164,7 +192,7 @@ async def handle_chat(
         sink=sink,
         client_stall_timeout_s=server.client_stall_timeout_s,
         watch=watchers,
-        hang_up=None if hang_up is None else on_hang_up(hang_up, answered),
+        hang_up=hang_up,
         drop_connection=drop_connection,
         request_id=request_id,
         admission=admission,

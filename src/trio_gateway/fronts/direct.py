@@ -27,12 +27,17 @@ import os
 import select
 import struct
 import termios
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
 from trio_gateway.lag import LagMeter
 from trio_gateway.relay import ClientLeft, ClientStalled
+
+if TYPE_CHECKING:
+    from trio_gateway.fronts.h1_serve import HangUps
 
 # A look at the kernel's count of unacknowledged bytes at most this often (one ioctl): the lag
 # is known to within this much.
@@ -62,9 +67,14 @@ class ClientSocket:
 
     sock: trio.socket.SocketType
     chunked: bool
+    # The server's hang-up watch (h1_serve.HangUps), where it runs: told of each chunk written.
+    hang_ups: HangUps | None = None
 
     def body(self, stall_timeout_s: float) -> DirectBody:
-        return DirectBody(self.sock, chunked=self.chunked, stall_timeout_s=stall_timeout_s)
+        tick = self.hang_ups.tick if self.hang_ups is not None else None
+        return DirectBody(
+            self.sock, chunked=self.chunked, stall_timeout_s=stall_timeout_s, tick=tick
+        )
 
 
 class DirectBody:
@@ -81,10 +91,16 @@ class DirectBody:
     a write waits only on the client's socket."""
 
     def __init__(
-        self, sock: trio.socket.SocketType, *, chunked: bool, stall_timeout_s: float
+        self,
+        sock: trio.socket.SocketType,
+        *,
+        chunked: bool,
+        stall_timeout_s: float,
+        tick: Callable[[], None] | None = None,
     ) -> None:
         self._sock = sock
         self._chunked = chunked
+        self._tick = tick  # called once per write
         self.stall_timeout_s = stall_timeout_s
         self.lag = LagMeter(mark_every_s=LAG_MARK_EVERY_S, max_marks=MAX_LAG_MARKS)
         self.debt_s = 0.0  # the leaky bucket
@@ -116,6 +132,8 @@ class DirectBody:
         frame = b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data
         sent = _send(fd, frame)
         self.lag.written += sent
+        if self._tick is not None:
+            self._tick()
         if sent < len(frame):
             await self._send_rest(memoryview(frame)[sent:])
 

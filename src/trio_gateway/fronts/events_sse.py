@@ -13,12 +13,12 @@ from trio_gateway.auth import ApiKey
 from trio_gateway.config import ServerConfig
 from trio_gateway.errors import InternalError
 from trio_gateway.fronts.auth import authorize, with_session
-from trio_gateway.fronts.chat import ClientHangUp, on_hang_up, watch_disconnect
+from trio_gateway.fronts.chat import client_watch
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.events_codec import EventEncoder, is_terminal, sse_frame
 from trio_gateway.fronts.http import Receive, Send, SSEAnswer, read_body
 from trio_gateway.pipeline import Router
-from trio_gateway.relay import DropConnection, Item, Outcome, Watch, relay
+from trio_gateway.relay import DropConnection, Item, Outcome, relay
 from trio_gateway.request import parse_chat_request
 
 EVENTS_VERSION_HEADER = (b"x-gateway-events-version", b"1")
@@ -34,7 +34,6 @@ async def handle_events(
     key: ApiKey | None = None,
     client: ClientSocket | None = None,
     session_id: str | None = None,
-    hang_up: ClientHangUp | None = None,
 ) -> Outcome:
     body = await read_body(receive, server.max_body_bytes)
     request = with_session(authorize(parse_chat_request(body), key), session_id)
@@ -49,10 +48,7 @@ async def handle_events(
 
     # hypercorn reports a disconnect once the answer's last byte is out, too: not a cancel.
     answered = trio.Event()
-
-    async def watch(scope: trio.CancelScope, outcome: Outcome) -> None:
-        await watch_disconnect(receive, scope, outcome, answered)
-
+    watchers, hang_up = client_watch(receive, client, answered)
     finished = False
 
     def render(item: Item) -> bytes:
@@ -75,7 +71,6 @@ async def handle_events(
         closing=closing,
         extra_sse_headers=[EVENTS_VERSION_HEADER],
     )
-    watchers: list[Watch] = [] if hang_up is not None else [watch]
     if client is None:
         watchers.append(sink.watchdog)  # hypercorn's writes: no deadline of their own
     return await relay(
@@ -84,7 +79,7 @@ async def handle_events(
         sink=sink,
         client_stall_timeout_s=server.client_stall_timeout_s,
         watch=watchers,
-        hang_up=None if hang_up is None else on_hang_up(hang_up, answered),
+        hang_up=hang_up,
         drop_connection=drop_connection,
         request_id=request_id,
         admission=admission,

@@ -53,7 +53,11 @@ log = logging.getLogger("trio_gateway")
 
 READ_BYTES = 65536
 _HANG_UP = getattr(select, "EPOLLRDHUP", 0) | select.EPOLLHUP | select.EPOLLERR
-HANG_UP_EXTENSION = "trio_gateway.hang_up"  # scope["extensions"]: HangUps.watch for this client
+HANG_UP_EXTENSION = "trio_gateway.hang_ups"  # scope["extensions"]: the server's HangUps
+# A look at the hang-up set every this many chunks written: at ~75 µs a chunk, every 2.4 ms of a
+# burst.
+TICKS_PER_POLL = 32
+MAX_HANG_UPS_PER_POLL = 1024
 # A closing connection's unread bytes are read and dropped for this long, or this many.
 LINGER_S = 2.0
 LINGER_BYTES = 1 << 20
@@ -76,36 +80,59 @@ class HangUps:
     A disconnect watcher per request costs a task, its coroutines and a cancel scope, some
     3.5 KiB, held as long as the answer: at thousands of streams, a tenth of each one's memory
     (docs/benchmarks.md, scenario D). Where the platform has no ``EPOLLRDHUP`` (or the service
-    is not running), requests keep watching ``receive()`` themselves."""
+    is not running), requests keep watching ``receive()`` themselves.
+
+    The set is also looked at by whoever is busiest (:meth:`tick`, once per chunk written): a
+    burst of thousands of chunks is one long turn of trio's run loop, and a hang-up that came
+    during it would otherwise wait for the turn to end before :meth:`serve` even ran."""
 
     def __init__(self) -> None:
         self._epoll = select.epoll() if hasattr(select, "EPOLLRDHUP") else None
         self._callbacks: dict[int, Callable[[], object]] = {}
+        self._ticks = 0
         self.running = False
 
     def __len__(self) -> int:
         return len(self._callbacks)
 
-    def watch(
-        self, sock: trio.socket.SocketType, callback: Callable[[], object]
-    ) -> Callable[[], None]:
-        """Call ``callback`` once when ``sock``'s peer hangs up; returns how to stop that."""
+    def watch(self, fd: int, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once when the peer of the socket ``fd`` hangs up (until
+        :meth:`unwatch`). It is called from another task: it may cancel and close, not wait."""
         epoll = self._epoll
         assert epoll is not None
-        fd = sock.fileno()
         try:
             epoll.register(fd, _HANG_UP)
         except FileExistsError:
             epoll.modify(fd, _HANG_UP)  # a watch whose unwatch never came: this one replaces it
         self._callbacks[fd] = callback
 
-        def unwatch() -> None:
-            if self._callbacks.get(fd) is callback:
-                del self._callbacks[fd]
-                with contextlib.suppress(OSError, ValueError):
-                    epoll.unregister(fd)
+    def unwatch(self, fd: int, callback: Callable[[], object]) -> None:
+        """Stop :meth:`watch`'s ``callback`` (not a later watch of the same descriptor)."""
+        if self._callbacks.get(fd) is callback:
+            del self._callbacks[fd]
+            with contextlib.suppress(OSError, ValueError):
+                self._epoll.unregister(fd)  # type: ignore[union-attr]
 
-        return unwatch
+    def poll(self) -> None:
+        """Call the callbacks of the hang-ups that have come, now."""
+        epoll = self._epoll
+        if epoll is None or not self.running:
+            return
+        for fd, _ in epoll.poll(0, MAX_HANG_UPS_PER_POLL):
+            callback = self._callbacks.pop(fd, None)
+            with contextlib.suppress(OSError, ValueError):
+                epoll.unregister(fd)
+            if callback is not None:
+                callback()
+
+    def tick(self) -> None:
+        """One unit of work done (a chunk written): every ``TICKS_PER_POLL``, a look at the set,
+        one ``epoll_wait`` that does not wait (about a microsecond)."""
+        self._ticks += 1
+        if self._ticks >= TICKS_PER_POLL:
+            self._ticks = 0
+            if self._callbacks:
+                self.poll()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         epoll = self._epoll
@@ -117,12 +144,7 @@ class HangUps:
             task_status.started()
             while True:
                 await trio.lowlevel.wait_readable(epoll.fileno())
-                for fd, _ in epoll.poll(0, 1024):
-                    callback = self._callbacks.pop(fd, None)
-                    with contextlib.suppress(OSError, ValueError):
-                        epoll.unregister(fd)
-                    if callback is not None:
-                        callback()
+                self.poll()
         finally:
             self.running = False
             epoll.close()
@@ -352,14 +374,7 @@ class _Request:
 
     def _extensions(self) -> dict[str, Any]:
         hang_ups = self.conn.server.hang_ups
-        if not hang_ups.running:
-            return {}
-        sock = self.conn.sock
-
-        def watch(callback: Callable[[], object]) -> Callable[[], None]:
-            return hang_ups.watch(sock, callback)
-
-        return {HANG_UP_EXTENSION: watch}
+        return {HANG_UP_EXTENSION: hang_ups} if hang_ups.running else {}
 
     # --- receive ------------------------------------------------------------------------------
 

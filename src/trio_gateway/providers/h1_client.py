@@ -16,8 +16,10 @@ before a single response byte is sent once more on a new one: the server cannot 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
@@ -311,6 +313,17 @@ class H1Response:
         self._body = body
         self._leftover = leftover
         self._ended = body is not None and body.done and not leftover
+        self._aborted = False
+
+    def abort(self) -> None:
+        """Tell the server at once that this exchange is over (both ways shut: it reads the end
+        of the connection), from outside the task reading it: nothing waits. The connection is
+        never reused; :meth:`aclose` still closes it."""
+        self._aborted = True
+        sock = _socket_of(self._stream) if self._stream is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     @property
     def headers(self) -> httpx.Headers:
@@ -386,7 +399,13 @@ class H1Response:
         if stream is None:
             return
         leftover = self._body.leftover if self._body is not None else b""
-        reusable = self._ended and self._body is not None and self.head.keep_alive and not leftover
+        reusable = (
+            self._ended
+            and self._body is not None
+            and self.head.keep_alive
+            and not leftover
+            and not self._aborted
+        )
         if reusable and self._pool.put_idle(self._origin, stream):
             return
         await _close(stream)

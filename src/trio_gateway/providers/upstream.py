@@ -19,6 +19,7 @@ import attrs
 import httpx
 import trio
 
+from trio_gateway.access import RequestContext
 from trio_gateway.access import current as current_request
 from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
@@ -219,7 +220,7 @@ class Upstream:
                 provider=self.name,
             ) from None
         try:
-            await self._exchange(call, headers, emit, first_deadline, meter)
+            await self._exchange(call, headers, emit, first_deadline, meter, context)
         except GatewayError as exc:
             # Vendors echo parts of a refused key back ("Incorrect API key provided: sk-...").
             exc.message = _scrub(exc.message, secret)
@@ -233,6 +234,7 @@ class Upstream:
         emit: Emit,
         first_deadline: float,
         meter: UsageMeter | None,
+        context: RequestContext | None,
     ) -> None:
         config = self.config
         # A plain scope, not fail_at's generator: it is held through the wait for the head,
@@ -244,6 +246,8 @@ class Upstream:
                 f"{self.name}: no response within {config.first_token_timeout_s:g} s",
                 provider=self.name,
             )
+        if context is not None:
+            context.abort_upstream = response.abort
         try:
             if response.status_code != 200:
                 error_body = b""
@@ -258,6 +262,8 @@ class Upstream:
             else:
                 await self._relay(response, emit, first_deadline, meter, call)
         finally:
+            if context is not None:
+                context.abort_upstream = None
             await response.aclose()
 
     async def _whole(self, response: H1Response, emit: Emit, first_deadline: float) -> None:
