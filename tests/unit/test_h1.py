@@ -138,3 +138,28 @@ def test_body_framing() -> None:
         body_reader(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: -1"))
     with pytest.raises(H1Error, match="other than chunked"):
         body_reader(parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip"))
+
+
+_NAMES = st.sampled_from(
+    ["Content-Type", "content-type", "Connection", "X-A", "x-a", "CONTENT-LENGTH", "a-content-type"]
+)
+_VALUES = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=255), max_size=20)
+
+
+@given(
+    st.lists(st.tuples(_NAMES, _VALUES), max_size=8),
+    st.sampled_from(["content-type", "x-a", "connection", "content-length", "type", "missing"]),
+)
+def test_a_parsed_head_finds_each_header_as_the_list_of_its_lines_would(
+    headers: list[tuple[str, str]], name: str
+) -> None:
+    """The head keeps its lines as bytes and searches them: the same answers as the pairs."""
+    block = "HTTP/1.1 200 OK" + "".join(f"\r\n{k}:{v}" for k, v in headers)
+    head = parse_head(block.encode("latin-1"))
+    pairs = tuple((k.lower(), v.encode("latin-1").strip().decode("latin-1")) for k, v in headers)
+    assert head.headers == pairs
+    expected = None
+    for key, value in pairs:
+        if key == name:
+            expected = value
+    assert head.get(name) == expected

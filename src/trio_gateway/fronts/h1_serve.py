@@ -212,7 +212,6 @@ class _Connection:
         self.stream = stream
         self.sock = stream.socket
         self.buffer = b""  # read, not yet part of a request
-        self.whole = b""  # the head just read, its blank line included (for a hand-off)
         try:
             self.client: tuple[str, int] | None = _address(self.sock.getpeername())
             self.local: tuple[str, int] | None = _address(self.sock.getsockname())
@@ -222,23 +221,27 @@ class _Connection:
     async def run(self) -> None:
         server = self.server
         while not server.terminated:
-            head_bytes = await self._read_head()
-            if head_bytes is None:
+            read = await self._read_head()
+            if read is None:
                 return
-            block, rest = head_bytes
-            if block == H2_PREFACE_LINE:
-                await server.hand_off(_Replay(self.stream, self.whole + rest))
+            buffer, end, body_at = read
+            del read
+            if buffer[:end] == H2_PREFACE_LINE:
+                await server.hand_off(_Replay(self.stream, buffer))
                 return
             try:
-                head = parse_request_head(block)
+                head = parse_request_head(buffer[:end])
             except RequestHeadError as exc:
                 await self._refuse(exc.status, exc.message)
                 await self._linger()
                 return
             if head.upgrade:
-                await server.hand_off(_Replay(self.stream, self.whole + rest))
+                await server.hand_off(_Replay(self.stream, buffer))
                 return
-            request = _Request(self, head, rest)
+            request = _Request(self, head, buffer[body_at:])
+            # The request keeps what it needs: the bytes as read are not held through the
+            # answer (thousands of answers at once).
+            del buffer
             await request.serve()
             if not request.reusable():
                 if not request.client_gone:
@@ -266,9 +269,10 @@ class _Connection:
                     return
                 dropped += len(data)
 
-    async def _read_head(self) -> tuple[bytes, bytes] | None:
-        """The next head and what followed it; None when the client closed or went quiet, or
-        the server is stopping."""
+    async def _read_head(self) -> tuple[bytes, int, int] | None:
+        """What was read (taken from ``self.buffer``), the end of the next head in it and where
+        what follows the head starts; None when the client closed or went quiet, or the server
+        is stopping."""
         buffer = self.buffer
         searched = 0
         with trio.CancelScope() as idle:
@@ -278,9 +282,8 @@ class _Connection:
                 while True:
                     found = find_head_end(buffer, searched)
                     if found is not None and found[0] <= MAX_HEAD_BYTES:
-                        end, body = found
-                        self.whole = buffer[:body]
-                        return buffer[:end], buffer[body:]
+                        self.buffer = b""
+                        return buffer, found[0], found[1]
                     if found is not None or len(buffer) > MAX_HEAD_BYTES:
                         await self._refuse(
                             431, f"a request head larger than {MAX_HEAD_BYTES} bytes"
@@ -512,7 +515,7 @@ class _Request:
 
 
 async def _read(sock: trio.socket.SocketType) -> bytes:
-    """One read: wait, then read (one trip through the scheduler; h1_client._read_socket)."""
+    """One read: wait, then read (one trip through the scheduler; h1_client.H1Response.receive)."""
     while True:
         await trio.lowlevel.wait_readable(sock)
         try:

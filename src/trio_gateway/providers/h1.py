@@ -10,8 +10,6 @@ their own (a response head, a chunk-size line, a trailer).
 
 from __future__ import annotations
 
-import attrs
-
 from trio_gateway.chunked import MAX_LINE_BYTES, ChunkedBody, H1Error
 
 __all__ = ["MAX_LINE_BYTES", "ChunkedBody", "H1Error", "HeadReader", "LengthBody", "parse_head"]
@@ -20,20 +18,56 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 256
 
 
-@attrs.frozen(kw_only=True)
 class ResponseHead:
-    status: int
-    reason: str
-    http10: bool
-    headers: tuple[tuple[str, str], ...]  # names lower-cased, in the order received
+    """A status line and its headers. Made by :func:`parse_head`, it keeps the header lines as
+    they came (one ``bytes``) and finds a header when asked: a stream holds its head as long as
+    it runs, and a tuple of name and value strings was some 0.6 KiB of each of thousands."""
+
+    __slots__ = ("_block", "_headers", "http10", "reason", "status")
+
+    def __init__(
+        self,
+        *,
+        status: int,
+        reason: str,
+        http10: bool,
+        headers: tuple[tuple[str, str], ...] = (),
+        block: bytes = b"",
+    ) -> None:
+        self.status = status
+        self.reason = reason
+        self.http10 = http10
+        self._headers = headers
+        # The header lines, each after its "\r\n" (checked by parse_head), or b"".
+        self._block = block
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        """Names lower-cased, in the order received."""
+        if not self._block:
+            return self._headers
+        return tuple(_header(line) for line in self._block.split(b"\r\n")[1:])
 
     def get(self, name: str) -> str | None:
         """The last value of ``name`` (lower case), or None."""
-        found = None
-        for key, value in self.headers:
-            if key == name:
-                found = value
-        return found
+        if not self._block:
+            found = None
+            for key, value in self._headers:
+                if key == name:
+                    found = value
+            return found
+        block = self._block
+        lowered = block.lower()  # same offsets: latin-1 bytes
+        needle = b"\r\n" + name.encode("latin-1") + b":"
+        found_at = -1
+        at = lowered.find(needle)
+        while at >= 0:
+            found_at = at + len(needle)
+            at = lowered.find(needle, found_at)
+        if found_at < 0:
+            return None
+        end = block.find(b"\r\n", found_at)
+        return block[found_at : end if end >= 0 else len(block)].strip().decode("latin-1")
 
     @property
     def keep_alive(self) -> bool:
@@ -41,28 +75,33 @@ class ResponseHead:
         return "keep-alive" in tokens if self.http10 else "close" not in tokens
 
 
+def _header(line: bytes) -> tuple[str, str]:
+    name, _, value = line.partition(b":")
+    return name.decode("latin-1").lower(), value.strip().decode("latin-1")
+
+
 def parse_head(block: bytes) -> ResponseHead:
     """One response head: the status line and the header lines, without the blank line."""
-    lines = block.split(b"\r\n")
-    version, _, rest = lines[0].partition(b" ")
+    status_end = block.find(b"\r\n")
+    status_line = block if status_end < 0 else block[:status_end]
+    version, _, rest = status_line.partition(b" ")
     code, _, reason = rest.partition(b" ")
     if version not in (b"HTTP/1.1", b"HTTP/1.0"):
-        raise H1Error(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+        raise H1Error(f"not an HTTP/1.x status line: {status_line[:80]!r}")
     if len(code) != 3 or not code.isdigit():
         raise H1Error(f"not a status code: {code[:20]!r}")
-    if len(lines) - 1 > MAX_HEADERS:
+    lines = block[status_end:].split(b"\r\n")[1:] if status_end >= 0 else []
+    if len(lines) > MAX_HEADERS:
         raise H1Error(f"more than {MAX_HEADERS} header lines")
-    headers = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
+    for line in lines:
+        name, sep, _ = line.partition(b":")
         if not sep or not name or name != name.strip() or b" " in name:
             raise H1Error(f"not a header line: {line[:80]!r}")
-        headers.append((name.decode("latin-1").lower(), value.strip().decode("latin-1")))
     return ResponseHead(
         status=int(code),
         reason=reason.decode("latin-1"),
         http10=version == b"HTTP/1.0",
-        headers=tuple(headers),
+        block=block[status_end:] if lines else b"",
     )
 
 

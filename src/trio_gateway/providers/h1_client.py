@@ -267,20 +267,6 @@ class H1Pool:
         return H1Response(self, origin, stream, head, body, reader.leftover)
 
 
-async def _read_socket(sock: trio.socket.SocketType) -> bytes:
-    """One read of a plain TCP connection, as ``receive_some`` gives it, with one trip through
-    trio's scheduler instead of two: ``receive_some`` reads, yields to the scheduler even when
-    there was data, and on the next call reads once in vain before it waits. Waiting first costs
-    nothing when data is there (the wait returns at the scheduler's next look) and is the one
-    checkpoint a read must have anyway."""
-    while True:
-        await trio.lowlevel.wait_readable(sock)
-        try:
-            return os.read(sock.fileno(), READ_BYTES)
-        except BlockingIOError:
-            continue  # woken for nothing (another reader cannot be: the response owns it)
-
-
 def _describe(exc: BaseException) -> str:
     cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
     return str(cause) or cause.__class__.__name__
@@ -343,7 +329,31 @@ class H1Response:
         if self._leftover:
             data, self._leftover = self._leftover, b""
         else:
-            data = await self._receive()
+            # The read inline, not in a coroutine of its own: thousands of streams wait here at
+            # once, each holding every frame of its chain. A plain TCP connection is read as
+            # receive_some would, with one trip through trio's scheduler instead of two:
+            # receive_some reads, yields even when there was data, and on the next call reads
+            # once in vain before it waits. Waiting first costs nothing when data is there.
+            stream = self._stream
+            assert stream is not None
+            try:
+                if isinstance(stream, trio.SocketStream):
+                    sock = stream.socket
+                    while True:
+                        await trio.lowlevel.wait_readable(sock)
+                        try:
+                            data = os.read(sock.fileno(), READ_BYTES)
+                            break
+                        except BlockingIOError:
+                            continue  # woken for nothing (the response owns the socket)
+                else:
+                    # bytes() of bytes is the same object: a copy only for TLS's bytearray.
+                    data = bytes(await stream.receive_some(READ_BYTES))
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise UpstreamProtocolError(
+                    f"{self._pool.provider}: connection lost ({_describe(exc)})",
+                    provider=self._pool.provider,
+                ) from None
             if not data:
                 if body is None:  # framed by the connection's end: this is the end
                     self._ended = True
@@ -363,20 +373,6 @@ class H1Response:
         if body.done:
             self._ended = True
         return parts
-
-    async def _receive(self) -> bytes:
-        stream = self._stream
-        assert stream is not None
-        try:
-            if isinstance(stream, trio.SocketStream):
-                return await _read_socket(stream.socket)
-            # bytes() of bytes is the same object: a copy only for TLS's bytearray.
-            return bytes(await stream.receive_some(READ_BYTES))
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise UpstreamProtocolError(
-                f"{self._pool.provider}: connection lost ({_describe(exc)})",
-                provider=self._pool.provider,
-            ) from None
 
     async def read_limited(self, limit: int) -> bytes:
         """At most ``limit`` bytes of the body (error bodies, whole answers)."""

@@ -293,58 +293,55 @@ class Upstream:
         meter: UsageMeter | None,
         call: UpstreamCall,
     ) -> None:
+        # One coroutine from here to the reads, not two: each of thousands of streams holds
+        # every frame of its chain for as long as it runs.
+        config = self.config
         parser: StreamParser = self.dialect.new_parser(self.name)
         if call.first_tool_call_only:
             parser = FirstToolCallOnly(parser)
+        decoder = SSEDecoder()
+        timer = ReadTimer(first_deadline=first_deadline, idle_s=config.idle_timeout_s)
         try:
-            await self._read_stream(response, emit, first_deadline, parser)
+            if self.read_deadlines.running:
+                with timer.scope, self.read_deadlines.keeping(timer):
+                    await self._read_events(response, decoder, parser, emit, timer)
+            else:
+                await self._read_watched(response, decoder, parser, emit, timer)
+            if timer.expired is not None:
+                if timer.expired == "idle":
+                    message = f"no data for {config.idle_timeout_s:g} s"
+                else:
+                    message = f"no first token within {config.first_token_timeout_s:g} s"
+                raise UpstreamTimeout(f"{self.name}: {message}", provider=self.name)
+            if isinstance(parser, FirstToolCallOnly) and parser.stopped:
+                await self._end_at_first_tool_call(response, emit, parser)
+                return
+            if parser.done:
+                if response.ended:
+                    return  # the usual end: [DONE] and the body's last chunk came in one read
+                # The answer is whole. Read to the end of the body, briefly, so the connection
+                # can be reused; a server that lingers is not worth holding the client for.
+                with trio.move_on_after(AFTER_DONE_GRACE_S), contextlib.suppress(GatewayError):
+                    while await response.receive():
+                        pass
+                return
+            try:
+                rest = decoder.close()
+            except SSEDecodeError as exc:
+                raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
+            events = []
+            try:
+                for sse in rest:
+                    if sse.data:
+                        events += parser.feed(sse)
+                events += parser.close()
+            finally:
+                if events:
+                    await emit(events)
         finally:
             # Once per stream, on every way out (Cancelled included): no await, no per-chunk cost.
             if meter is not None and (partial := parser.usage_so_far()) is not None:
                 meter.partial = partial
-
-    async def _read_stream(
-        self, response: H1Response, emit: Emit, first_deadline: float, parser: StreamParser
-    ) -> None:
-        config = self.config
-        decoder = SSEDecoder()
-        timer = ReadTimer(first_deadline=first_deadline, idle_s=config.idle_timeout_s)
-        if self.read_deadlines.running:
-            with timer.scope, self.read_deadlines.keeping(timer):
-                await self._read_events(response, decoder, parser, emit, timer)
-        else:
-            await self._read_watched(response, decoder, parser, emit, timer)
-        if timer.expired is not None:
-            if timer.expired == "idle":
-                message = f"no data for {config.idle_timeout_s:g} s"
-            else:
-                message = f"no first token within {config.first_token_timeout_s:g} s"
-            raise UpstreamTimeout(f"{self.name}: {message}", provider=self.name)
-        if isinstance(parser, FirstToolCallOnly) and parser.stopped:
-            await self._end_at_first_tool_call(response, emit, parser)
-            return
-        if parser.done:
-            if response.ended:
-                return  # the usual end: [DONE] and the body's last chunk came in one read
-            # The answer is whole. Read to the end of the body, briefly, so the connection can
-            # be reused; a server that lingers is not worth holding the client for.
-            with trio.move_on_after(AFTER_DONE_GRACE_S), contextlib.suppress(GatewayError):
-                while await response.receive():
-                    pass
-            return
-        try:
-            rest = decoder.close()
-        except SSEDecodeError as exc:
-            raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
-        events = []
-        try:
-            for sse in rest:
-                if sse.data:
-                    events += parser.feed(sse)
-            events += parser.close()
-        finally:
-            if events:
-                await emit(events)
 
     async def _read_watched(
         self,
