@@ -220,6 +220,45 @@ async def relay(
     return outcome
 
 
+class _Emit:
+    """The producer's way to the client: each batch of events to the sink; a client that
+    stalled or left cancels the request. Methods of one small object, not closures: a
+    request holds them as long as it runs (thousands at once)."""
+
+    __slots__ = ("_drop_connection", "_outcome", "_scope", "_sink")
+
+    def __init__(
+        self,
+        outcome: Outcome,
+        sink: Sink,
+        scope: trio.CancelScope,
+        drop_connection: DropConnection | None,
+    ) -> None:
+        self._outcome = outcome
+        self._sink = sink
+        self._scope = scope
+        self._drop_connection = drop_connection
+
+    async def emit(self, events: list[Event]) -> None:
+        observe = self._outcome.observe
+        for event in events:
+            observe(event)
+        try:
+            await self._sink.put(events)
+        except ClientStalled:
+            await self.left(CLIENT_STALL)
+        except ClientLeft:
+            await self.left(CLIENT_GONE)
+
+    async def left(self, cause: str) -> None:
+        outcome = self._outcome
+        outcome.cancelled = outcome.cancelled or cause
+        self._scope.cancel(reason=cause)
+        if cause == CLIENT_STALL and self._drop_connection is not None:
+            self._drop_connection()
+        await trio.lowlevel.checkpoint()  # raises Cancelled: unwinds the upstream
+
+
 async def _produce(
     request: ChatRequest,
     plan: Plan,
@@ -229,24 +268,7 @@ async def _produce(
     drop_connection: DropConnection | None,
     scope: trio.CancelScope,
 ) -> None:
-
-    async def left(cause: str) -> None:
-        outcome.cancelled = outcome.cancelled or cause
-        scope.cancel(reason=cause)
-        if cause == CLIENT_STALL and drop_connection is not None:
-            drop_connection()
-        await trio.lowlevel.checkpoint()  # raises Cancelled: unwinds the upstream
-
-    async def emit(events: list[Event]) -> None:
-        for event in events:
-            outcome.observe(event)
-        try:
-            await sink.put(events)
-        except ClientStalled:
-            await left(CLIENT_STALL)
-        except ClientLeft:
-            await left(CLIENT_GONE)
-
+    to_client = _Emit(outcome, sink, scope, drop_connection)
     drain = plan.router.drain
     error: GatewayError | None = None
     with drain.track() as producer:
@@ -255,7 +277,7 @@ async def _produce(
                 raise ShuttingDown(
                     "the gateway is shutting down; retry elsewhere", retry_after_s=1.0
                 )
-            await plan.router.run(request, plan, emit, outcome.meter)
+            await plan.router.run(request, plan, to_client.emit, outcome.meter)
         except GatewayError as exc:
             error = exc
         except Exception as exc:
@@ -274,9 +296,9 @@ async def _produce(
                 await sink.put([error])
             await sink.end()
         except ClientStalled:
-            await left(CLIENT_STALL)
+            await to_client.left(CLIENT_STALL)
         except ClientLeft:
-            await left(CLIENT_GONE)
+            await to_client.left(CLIENT_GONE)
 
 
 def _only_cancelled(exc: BaseException) -> bool:

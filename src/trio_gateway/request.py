@@ -14,6 +14,7 @@ from trio_gateway.validation import validate_body, within_depth
 # Gateway extensions in the request body; never sent to a provider as they are.
 GATEWAY_FIELDS = frozenset({"reasoning"})
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+_NOTHING_REQUIRED: frozenset[Capability] = frozenset()
 
 
 @attrs.frozen(kw_only=True)
@@ -148,5 +149,6 @@ def validate_chat_body(body: object, *, depth_known: bool = False) -> ChatReques
         stream=stream,
         include_usage=stream and include_usage,
         reasoning=reasoning,
-        required=frozenset(required),
+        # One empty set for all, not one each (thousands of open requests hold theirs).
+        required=frozenset(required) if required else _NOTHING_REQUIRED,
     )

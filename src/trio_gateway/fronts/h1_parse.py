@@ -149,9 +149,9 @@ def _head(
     )
 
 
-@attrs.frozen(kw_only=True)
+@attrs.define(kw_only=True)
 class ResponseHead:
-    data: bytes  # the head as written, blank line included
+    data: bytes  # the head as written, blank line included (b"" once written: not kept)
     framing: ResponseFraming
     content_length: int  # with framing "length"
     close: bool  # the connection ends with this response

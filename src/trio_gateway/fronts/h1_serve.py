@@ -30,7 +30,7 @@ import os
 import select
 import socket
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -192,18 +192,10 @@ class H1Server:
             self._date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(now)).encode()
         return self._date
 
-    async def serve(self, stream: trio.SocketStream) -> None:
-        """Serve one connection until it ends, then close it."""
-        try:
-            await _Connection(self, stream).run()
-        except _Closed:
-            pass
-        except Exception:
-            # One connection's failure is its own: the listener and every other connection
-            # go on (the app's own failures are answered with a 500 before this).
-            log.exception("HTTP/1.x connection failed")
-        finally:
-            await trio.aclose_forcefully(stream)
+    def serve(self, stream: trio.SocketStream) -> Coroutine[Any, Any, None]:
+        """Serve one connection until it ends, then close it: the connection's own coroutine,
+        not one awaiting it (a frame fewer for each of thousands of connections)."""
+        return _Connection(self, stream).run()
 
 
 class _Connection:
@@ -219,35 +211,44 @@ class _Connection:
             self.client = self.local = None
 
     async def run(self) -> None:
-        server = self.server
-        while not server.terminated:
-            read = await self._read_head()
-            if read is None:
-                return
-            buffer, end, body_at = read
-            del read
-            if buffer[:end] == H2_PREFACE_LINE:
-                await server.hand_off(_Replay(self.stream, buffer))
-                return
-            try:
-                head = parse_request_head(buffer[:end])
-            except RequestHeadError as exc:
-                await self._refuse(exc.status, exc.message)
-                await self._linger()
-                return
-            if head.upgrade:
-                await server.hand_off(_Replay(self.stream, buffer))
-                return
-            request = _Request(self, head, buffer[body_at:])
-            # The request keeps what it needs: the bytes as read are not held through the
-            # answer (thousands of answers at once).
-            del buffer
-            await request.serve()
-            if not request.reusable():
-                if not request.client_gone:
+        try:
+            server = self.server
+            while not server.terminated:
+                read = await self._read_head()
+                if read is None:
+                    return
+                buffer, end, body_at = read
+                del read
+                if buffer[:end] == H2_PREFACE_LINE:
+                    await server.hand_off(_Replay(self.stream, buffer))
+                    return
+                try:
+                    head = parse_request_head(buffer[:end])
+                except RequestHeadError as exc:
+                    await self._refuse(exc.status, exc.message)
                     await self._linger()
-                return
-            self.buffer = request.leftover()
+                    return
+                if head.upgrade:
+                    await server.hand_off(_Replay(self.stream, buffer))
+                    return
+                request = _Request(self, head, buffer[body_at:])
+                # The request keeps what it needs: the bytes as read are not held through the
+                # answer (thousands of answers at once).
+                del buffer
+                await request.serve()
+                if not request.reusable():
+                    if not request.client_gone:
+                        await self._linger()
+                    return
+                self.buffer = request.leftover()
+        except _Closed:
+            pass
+        except Exception:
+            # One connection's failure is its own: the listener and every other connection
+            # go on (the app's own failures are answered with a 500 before this).
+            log.exception("HTTP/1.x connection failed")
+        finally:
+            await trio.aclose_forcefully(self.stream)
 
     async def _linger(self) -> None:
         """Close gently: what the client sent and nobody read (a body refused before it was
@@ -465,8 +466,10 @@ class _Request:
                 head_request=self.head.method == "HEAD",
             )
             if self.response.framing in ("chunked", "close"):
-                # A stream: its head goes now (the app may write the body itself, direct.py).
-                await self._write(self.response.data)
+                # A stream: its head goes now (the app may write the body itself, direct.py),
+                # and is not held through the answer.
+                data, self.response.data = self.response.data, b""
+                await self._write(data)
             else:
                 self.pending = self.response.data
         elif kind == "http.response.body":

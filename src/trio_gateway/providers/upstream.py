@@ -19,7 +19,6 @@ import attrs
 import httpx
 import trio
 
-from trio_gateway.access import RequestContext
 from trio_gateway.access import current as current_request
 from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
@@ -219,52 +218,43 @@ class Upstream:
                 f"{self.name}: no credential within {config.first_token_timeout_s:g} s",
                 provider=self.name,
             ) from None
+        # The exchange here, not in a coroutine of its own: each of thousands of streams holds
+        # every frame of its chain while it runs.
         try:
-            await self._exchange(call, headers, emit, first_deadline, meter, context)
+            # A plain scope, not fail_at's generator: it is held through the wait for the head,
+            # which is where thousands of requests are while a load ramps up.
+            with trio.CancelScope(deadline=first_deadline) as waiting:
+                response = await self._h1.post(call.url, headers, call.body)
+            if waiting.cancelled_caught:
+                raise UpstreamTimeout(
+                    f"{self.name}: no response within {config.first_token_timeout_s:g} s",
+                    provider=self.name,
+                )
+            del headers  # sent: not held through the answer
+            if context is not None:
+                context.abort_upstream = response.abort
+            try:
+                if response.status_code != 200:
+                    error_body = b""
+                    with trio.move_on_after(config.idle_timeout_s):
+                        error_body = await response.read_limited(MAX_ERROR_BODY_BYTES)
+                    raise self.dialect.classify_error(
+                        self.name, response.status_code, error_body, response.headers
+                    )
+                content_type = response.head.get("content-type") or ""
+                if content_type.startswith("application/json"):
+                    await self._whole(response, emit, first_deadline)
+                else:
+                    await self._relay(response, emit, first_deadline, meter, call)
+            finally:
+                if context is not None:
+                    context.abort_upstream = None
+                await response.aclose()
         except GatewayError as exc:
             # Vendors echo parts of a refused key back ("Incorrect API key provided: sk-...").
             exc.message = _scrub(exc.message, secret)
             exc.args = (exc.message,)
             raise
-
-    async def _exchange(
-        self,
-        call: UpstreamCall,
-        headers: dict[str, str],
-        emit: Emit,
-        first_deadline: float,
-        meter: UsageMeter | None,
-        context: RequestContext | None,
-    ) -> None:
-        config = self.config
-        # A plain scope, not fail_at's generator: it is held through the wait for the head,
-        # which is where thousands of requests are while a load ramps up.
-        with trio.CancelScope(deadline=first_deadline) as waiting:
-            response = await self._h1.post(call.url, headers, call.body)
-        if waiting.cancelled_caught:
-            raise UpstreamTimeout(
-                f"{self.name}: no response within {config.first_token_timeout_s:g} s",
-                provider=self.name,
-            )
-        if context is not None:
-            context.abort_upstream = response.abort
-        try:
-            if response.status_code != 200:
-                error_body = b""
-                with trio.move_on_after(config.idle_timeout_s):
-                    error_body = await response.read_limited(MAX_ERROR_BODY_BYTES)
-                raise self.dialect.classify_error(
-                    self.name, response.status_code, error_body, response.headers
-                )
-            content_type = response.head.get("content-type") or ""
-            if content_type.startswith("application/json"):
-                await self._whole(response, emit, first_deadline)
-            else:
-                await self._relay(response, emit, first_deadline, meter, call)
-        finally:
-            if context is not None:
-                context.abort_upstream = None
-            await response.aclose()
 
     async def _whole(self, response: H1Response, emit: Emit, first_deadline: float) -> None:
         """A server that answered the stream request with one JSON body."""
@@ -395,26 +385,36 @@ class Upstream:
                 if response.ended:
                     return
                 continue
-            try:
-                # One piece (the usual read) is joined without a copy: CPython returns it as is.
-                sses = decoder.feed(b"".join(parts))
-            except SSEDecodeError as exc:
-                raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
             # One batch per read: a stream that is behind writes many chunks at once.
             events: list[Event] = []
             try:
-                for sse in sses:
-                    if sse.data:
-                        events += parser.feed(sse)
-                        if parser.done:
-                            break
+                self._parse_read(parts, decoder, parser, events)
             finally:
+                del parts  # none of a read is held through the wait for the next one
                 # What came before an in-band error in the same read is the client's too.
                 if events:
                     timer.started = True
                     await emit(events)
+            del events
             if parser.done:
                 return
+
+    def _parse_read(
+        self, parts: list[bytes], decoder: SSEDecoder, parser: StreamParser, events: list[Event]
+    ) -> None:
+        """One read's bytes, decoded and parsed into ``events`` (those before an error that
+        stops it part-way included). Its own frame: the read's bytes, events and decoded text
+        go with it, not waiting with each of thousands of streams for its next read."""
+        try:
+            # One piece (the usual read) is joined without a copy: CPython returns it as is.
+            sses = decoder.feed(b"".join(parts))
+        except SSEDecodeError as exc:
+            raise UpstreamProtocolError(f"{self.name}: {exc}", provider=self.name) from None
+        for sse in sses:
+            if sse.data:
+                events += parser.feed(sse)
+                if parser.done:
+                    return
 
 
 def _scrub(message: str, secret: str | None) -> str:
