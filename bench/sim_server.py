@@ -2,7 +2,9 @@
 benchmark needs, added here rather than in the simulator.
 
 - **An abort log.** Each sequence the engine removes before its end (an abort: its client went
-  away) is appended to ``--abort-log`` as ``<time.monotonic()> <n_tokens> <prompt_tokens>``.
+  away) is appended to ``--abort-log`` as ``<time.monotonic()> <n_tokens> <prompt_tokens>``,
+  the time being when the simulator learned that the client left (when vLLM would ask its
+  engine to abort), or, for a sequence cut another way, when it was removed.
   CLOCK_MONOTONIC is one clock for every process of the machine, so the load generator can set
   the instant its client left against the instant the simulator saw it (scenario D), and
   ``n_tokens`` tells which request it was (the benchmark gives the one it cancels a length no
@@ -45,20 +47,28 @@ class AbortLoggingEngine(SimEngine):
     def __init__(self, config: SimConfig, log: IO[str]) -> None:
         super().__init__(config)
         self._log = log
+        self._left_at: dict[int, float] = {}  # a live sequence whose client left: since when
+
+    def _mark_client_left(self, seq_id: int) -> None:
+        self._left_at.setdefault(seq_id, time.monotonic())
+        super()._mark_client_left(seq_id)
 
     @contextmanager
     def sequence(self, **kwargs: Any) -> Iterator[SimSequence]:
         # The scheduler's counter, not stats(): that snapshot copies the recorded request
         # bodies, too much work per request at thousands of requests per second (scenario A).
         before = self._sched.counters.aborts
+        seq_id: int | None = None
         try:
             with super().sequence(**kwargs) as seq:
+                seq_id = seq.seq_id
                 yield seq
         finally:
+            left_at = self._left_at.pop(seq_id, None) if seq_id is not None else None
             # The engine counts the abort while leaving its own block: compare after it.
             if self._sched.counters.aborts > before:
-                now = time.monotonic()
-                self._log.write(f"{now:.6f} {kwargs['n_tokens']} {kwargs['prompt_tokens']}\n")
+                when = left_at if left_at is not None else time.monotonic()
+                self._log.write(f"{when:.6f} {kwargs['n_tokens']} {kwargs['prompt_tokens']}\n")
                 self._log.flush()
 
 

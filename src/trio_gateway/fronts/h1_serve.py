@@ -54,6 +54,7 @@ log = logging.getLogger("trio_gateway")
 READ_BYTES = 65536
 _HANG_UP = getattr(select, "EPOLLRDHUP", 0) | select.EPOLLHUP | select.EPOLLERR
 HANG_UP_EXTENSION = "trio_gateway.hang_ups"  # scope["extensions"]: the server's HangUps
+SOCKET_FD_EXTENSION = "trio_gateway.socket_fd"  # and the connection's descriptor, to watch
 # A look at the hang-up set every this many chunks written: at ~75 µs a chunk, every 2.4 ms of a
 # burst.
 TICKS_PER_POLL = 32
@@ -378,7 +379,9 @@ class _Request:
 
     def _extensions(self) -> dict[str, Any]:
         hang_ups = self.conn.server.hang_ups
-        return {HANG_UP_EXTENSION: hang_ups} if hang_ups.running else {}
+        if not hang_ups.running:
+            return {}
+        return {HANG_UP_EXTENSION: hang_ups, SOCKET_FD_EXTENSION: self.conn.sock.fileno()}
 
     # --- receive ------------------------------------------------------------------------------
 
@@ -496,6 +499,7 @@ class _Request:
             if self.pending:
                 data, self.pending = self.pending + data, b""
             if data:
+                self.conn.server.hang_ups.tick()
                 await self._write(data)
             if not more:
                 if framing == "length" and self.sent < response.content_length:

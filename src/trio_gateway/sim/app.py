@@ -232,9 +232,9 @@ class SimApp:
         with shell.sequence(request, generation) as seq:
             if request.stream:
                 renderer = StreamRenderer(ctx, generation, fault_body)
-                await shell.stream(receive, send, seq, generation, renderer, _SSE)
+                await shell.stream(scope, receive, send, seq, generation, renderer, _SSE)
                 return
-            produced = await shell.generate(receive, seq, generation)
+            produced = await shell.generate(scope, receive, seq, generation)
             if produced is None:
                 return
             answer = dumps(completion_body(ctx, generation, produced, seq.cached_tokens))

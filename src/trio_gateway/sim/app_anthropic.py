@@ -98,9 +98,9 @@ class AnthropicHandler:
             if request.stream:
                 headers = [*_SSE, (b"request-id", request_id.encode())]
                 renderer = AnthropicStream(ctx, generation)
-                await shell.stream(receive, send, seq, generation, renderer, headers)
+                await shell.stream(scope, receive, send, seq, generation, renderer, headers)
                 return
-            produced = await shell.generate(receive, seq, generation)
+            produced = await shell.generate(scope, receive, seq, generation)
             if produced is None:
                 return
             answer = dumps(message_body(ctx, generation, produced, seq.cached_tokens))

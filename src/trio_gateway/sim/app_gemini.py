@@ -175,9 +175,9 @@ class GeminiHandler:
             if route.stream:
                 renderer = GeminiStream(ctx, generation)
                 headers = _SSE if ctx.sse else _STREAM_JSON
-                await shell.stream(receive, send, seq, generation, renderer, headers)
+                await shell.stream(scope, receive, send, seq, generation, renderer, headers)
                 return
-            produced = await shell.generate(receive, seq, generation)
+            produced = await shell.generate(scope, receive, seq, generation)
             if produced is None:
                 return
             answer = dumps(response_body(ctx, generation, produced, seq.cached_tokens))

@@ -72,6 +72,9 @@ async def serve_sim(
     listeners = await trio.open_tcp_listeners(port, host=host, backlog=backlog)
     async with trio.open_nursery() as nursery:
         await nursery.start(engine.run)
+        # A client's leaving is acted on at once, even during a burst of thousands of tokens
+        # (sim/shell.py), as the gateway's own front does.
+        await nursery.start(server.hang_ups.serve)
         started = await nursery.start(trio.serve_listeners, server.serve, listeners)
         address = started[0].socket.getsockname()
         bound = f"[{address[0]}]" if ":" in address[0] else address[0]

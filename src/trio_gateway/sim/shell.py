@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Protocol, TypeAlias
 
 import attrs
 import trio
+
+from trio_gateway.fronts.h1_serve import HANG_UP_EXTENSION, SOCKET_FD_EXTENSION
 
 from .engine import SimEngine, SimSequence
 from .errors import ApiError
@@ -71,6 +74,7 @@ class Renderer(Protocol):
 @attrs.define
 class _Watch:
     client_left: bool = False
+    done: bool = False  # the answer is over: a hang-up now is no abort
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
@@ -166,11 +170,34 @@ class Shell:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
+                if not watch.client_left:  # the hang-up watch may have been first
+                    watch.client_left = True
+                    seq.mark_client_left()
+                    if self.config.abort_on_disconnect:
+                        scope.cancel()
+                return
+
+    def _watch_hang_up(
+        self, scope: Scope, seq: SimSequence, watch: _Watch, cancel: trio.CancelScope
+    ) -> Callable[[], None] | None:
+        """Where the server keeps a hang-up watch (``h1_serve.HangUps``), the client's leaving
+        is acted on at once, from whichever task looks: the watcher task would run only after a
+        burst of thousands of tokens (one turn of trio's loop). Returns how to stop; None where
+        there is no such watch (the watcher task is there either way)."""
+        extensions = scope.get("extensions") or {}
+        hang_ups, fd = extensions.get(HANG_UP_EXTENSION), extensions.get(SOCKET_FD_EXTENSION)
+        if hang_ups is None or fd is None:
+            return None
+
+        def gone() -> None:
+            if not watch.client_left and not watch.done:
                 watch.client_left = True
                 seq.mark_client_left()
                 if self.config.abort_on_disconnect:
-                    scope.cancel()
-                return
+                    cancel.cancel()
+
+        hang_ups.watch(fd, gone)
+        return partial(hang_ups.unwatch, fd, gone)
 
     async def _send_event(self, send: Send, event: bytes, split_utf8: bool) -> None:
         cut = _utf8_cut(event) if split_utf8 else None
@@ -182,6 +209,7 @@ class Shell:
 
     async def stream(
         self,
+        scope: Scope,
         receive: Receive,
         send: Send,
         seq: SimSequence,
@@ -195,52 +223,66 @@ class Shell:
         watch = _Watch()
         complete = False
         stop_after = generation.stop_after
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch, receive, seq, watch, nursery.cancel_scope)
-            sent = 0
-            while sent != stop_after:
-                index = await seq.next_token()
-                if index is None:
-                    complete = True
-                    break
-                if not watch.client_left:
-                    for event in renderer.token(index, seq.cached_tokens):
-                        await self._send_event(send, event, generation.split_utf8)
-                sent = index + 1
-            fault = generation.stream_fault
-            if not complete and fault is not None and sent == generation.fault_after:
-                await trio.sleep(generation.fault_delay_s)
-                if not watch.client_left:
-                    self.engine.note_error()
-                    for event in renderer.stream_error(fault):
-                        await self._send_event(send, event, False)
-                    complete = True
-            # Stop watching before the final send: hypercorn reports the normal end of the
-            # response as an `http.disconnect` too.
-            nursery.cancel_scope.cancel()
+        unwatch: Callable[[], None] | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch, receive, seq, watch, nursery.cancel_scope)
+                unwatch = self._watch_hang_up(scope, seq, watch, nursery.cancel_scope)
+                sent = 0
+                while sent != stop_after:
+                    index = await seq.next_token()
+                    if index is None:
+                        complete = True
+                        break
+                    if not watch.client_left:
+                        for event in renderer.token(index, seq.cached_tokens):
+                            await self._send_event(send, event, generation.split_utf8)
+                    sent = index + 1
+                fault = generation.stream_fault
+                if not complete and fault is not None and sent == generation.fault_after:
+                    await trio.sleep(generation.fault_delay_s)
+                    if not watch.client_left:
+                        self.engine.note_error()
+                        for event in renderer.stream_error(fault):
+                            await self._send_event(send, event, False)
+                        complete = True
+                # Stop watching before the final send: hypercorn reports the normal end of the
+                # response as an `http.disconnect` too.
+                watch.done = True
+                nursery.cancel_scope.cancel()
+        finally:
+            if unwatch is not None:
+                unwatch()
         if complete and not watch.client_left:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         # Otherwise return with the body unfinished: hypercorn closes the connection, which
         # is exactly what a scripted `drop` wants the client to see.
 
     async def generate(
-        self, receive: Receive, seq: SimSequence, generation: Generation
+        self, scope: Scope, receive: Receive, seq: SimSequence, generation: Generation
     ) -> int | None:
         """Run a non-stream answer's sequence: the tokens produced (fewer when the script cuts
         the answer short), None if the client left."""
         watch = _Watch()
         produced = 0
         stop_after = generation.stop_after
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch, receive, seq, watch, nursery.cancel_scope)
-            while produced != stop_after:
-                index = await seq.next_token()
-                if index is None:
-                    break
-                produced = index + 1
-            if generation.stream_fault is not None and produced == generation.fault_after:
-                await trio.sleep(generation.fault_delay_s)
-            nursery.cancel_scope.cancel()
+        unwatch: Callable[[], None] | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch, receive, seq, watch, nursery.cancel_scope)
+                unwatch = self._watch_hang_up(scope, seq, watch, nursery.cancel_scope)
+                while produced != stop_after:
+                    index = await seq.next_token()
+                    if index is None:
+                        break
+                    produced = index + 1
+                if generation.stream_fault is not None and produced == generation.fault_after:
+                    await trio.sleep(generation.fault_delay_s)
+                watch.done = True
+                nursery.cancel_scope.cancel()
+        finally:
+            if unwatch is not None:
+                unwatch()
         return None if watch.client_left else produced
 
     async def answer(
