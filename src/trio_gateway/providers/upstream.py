@@ -25,7 +25,7 @@ from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTim
 from trio_gateway.events import Event
 from trio_gateway.gate import GateStats, LocalGate, SharedGate
 from trio_gateway.providers import dialect_for
-from trio_gateway.providers.dialect import Dialect, StreamParser, UpstreamCall
+from trio_gateway.providers.dialect import Dialect, StreamParser
 from trio_gateway.providers.h1_client import H1Pool, H1Response, Origin
 from trio_gateway.providers.httpx_errors import read_limited
 from trio_gateway.providers.read_timer import ReadDeadlines, ReadTimer
@@ -230,7 +230,8 @@ class Upstream:
                     f"{self.name}: no response within {config.first_token_timeout_s:g} s",
                     provider=self.name,
                 )
-            del headers  # sent: not held through the answer
+            first_tool_call_only = call.first_tool_call_only
+            del headers, call  # sent: not held through the answer (its body is the prompt)
             if context is not None:
                 context.abort_upstream = response.abort
             try:
@@ -245,7 +246,7 @@ class Upstream:
                 if content_type.startswith("application/json"):
                     await self._whole(response, emit, first_deadline)
                 else:
-                    await self._relay(response, emit, first_deadline, meter, call)
+                    await self._relay(response, emit, first_deadline, meter, first_tool_call_only)
             finally:
                 if context is not None:
                     context.abort_upstream = None
@@ -281,13 +282,13 @@ class Upstream:
         emit: Emit,
         first_deadline: float,
         meter: UsageMeter | None,
-        call: UpstreamCall,
+        first_tool_call_only: bool,
     ) -> None:
         # One coroutine from here to the reads, not two: each of thousands of streams holds
         # every frame of its chain for as long as it runs.
         config = self.config
         parser: StreamParser = self.dialect.new_parser(self.name)
-        if call.first_tool_call_only:
+        if first_tool_call_only:
             parser = FirstToolCallOnly(parser)
         decoder = SSEDecoder()
         timer = ReadTimer(first_deadline=first_deadline, idle_s=config.idle_timeout_s)
