@@ -7,6 +7,10 @@ a watcher that cancels it when the client goes away.
     ├── watcher: the client went away → cancel the scope
     └── producer (the caller's task): run_attempts → emit → the sink → the client
 
+On the gateway's own HTTP/1.x server the watcher is no task at all: the server's one hang-up
+watch for every connection calls the request's ``HangUpWatch`` (``fronts/chat.HangUpCancel``),
+and an answer with nothing else beside it runs without a nursery.
+
 Cancelling the scope closes the upstream response at once, which is what makes vLLM abort and
 free the sequence's KV cache. There is no buffer of the gateway's own between the two sides and
 no second task: each batch of events the upstream gave in one read goes to the sink (the front's
@@ -176,9 +180,9 @@ async def relay(
     started_at = trio.current_time()
     started_wall = time.time()
     scope = trio.CancelScope()
-    if hang_up is not None:
-        hang_up.start(scope, outcome)
     try:
+        if hang_up is not None:
+            hang_up.start(scope, outcome)
         if watch:
             async with trio.open_nursery() as nursery:
                 for watcher in watch:

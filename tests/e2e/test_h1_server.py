@@ -544,3 +544,14 @@ async def test_work_in_one_long_turn_looks_at_the_hang_ups_itself() -> None:
             assert len(hang_ups) == 0
             await server_side.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_watch_of_a_socket_closed_already_tells_at_once() -> None:
+    hang_ups = HangUps()
+    told: list[str] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(hang_ups.serve)
+        hang_ups.watch(-1, partial(told.append, "gone"))  # what fileno() says once closed
+        assert told == ["gone"]
+        assert len(hang_ups) == 0
+        nursery.cancel_scope.cancel()

@@ -105,6 +105,9 @@ class HangUps:
             epoll.register(fd, _HANG_UP)
         except FileExistsError:
             epoll.modify(fd, _HANG_UP)  # a watch whose unwatch never came: this one replaces it
+        except (OSError, ValueError):
+            callback()  # closed already (fd -1, or gone): its client has left
+            return
         self._callbacks[fd] = callback
 
     def unwatch(self, fd: int, callback: Callable[[], object]) -> None:
