@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 
+from trio_gateway.fronts import h1_serve
 from trio_gateway.fronts.h1_serve import HANG_UP_EXTENSION, TICKS_PER_POLL, H1Server, HangUps
 
 Message = dict[str, Any]
@@ -484,7 +485,13 @@ async def test_a_watch_of_a_reused_descriptor_is_not_undone_by_the_old_unwatch()
         nursery.cancel_scope.cancel()
 
 
-async def test_many_clients_hanging_up_at_once_are_each_told_once() -> None:
+@pytest.mark.parametrize("per_poll", [1024, 7])
+async def test_many_clients_hanging_up_at_once_are_each_told_once(
+    per_poll: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """60 hang-ups at once, also past what one look at the set takes (then the next look
+    takes the rest)."""
+    monkeypatch.setattr(h1_serve, "MAX_HANG_UPS_PER_POLL", per_poll)
     clients = 60
     told: list[int] = []
     all_told = trio.Event()
