@@ -50,7 +50,10 @@ class Connections:
         )
 
     def __len__(self) -> int:
-        return len(self._streams)
+        """The connections still open. One closed may still be held a while, so its entry
+        stays: trio's ``serve_listeners`` keeps the last stream it accepted in its frame until
+        the next accept."""
+        return sum(1 for stream in self._streams.values() if stream.socket.fileno() != -1)
 
     def add(self, stream: trio.SocketStream) -> None:
         try:

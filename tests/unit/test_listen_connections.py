@@ -62,3 +62,13 @@ async def test_an_aborted_connection_is_reset_not_trickled_out() -> None:
                 received += len(data)
         assert received < written
         await client.aclose()
+
+
+async def test_a_closed_connection_still_held_is_not_counted_as_open() -> None:
+    client, server, listener = await connected_pair()
+    async with client, listener:
+        connections = Connections()
+        connections.add(server)
+        assert len(connections) == 1
+        await server.aclose()  # closed, but this test (like trio's accept loop) still holds it
+        assert len(connections) == 0
