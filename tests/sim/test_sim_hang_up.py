@@ -3,6 +3,10 @@ from its watcher task, which at thousands of streams runs only after a burst of 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import attrs
 import trio
 
 from trio_gateway.fronts.h1_serve import (
@@ -23,56 +27,61 @@ class Sequence:
         self.left += 1
 
 
-async def hung_up_pair(hang_ups: HangUps) -> tuple[trio.SocketStream, trio.SocketStream]:
-    [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    async with listener:
-        peer = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
-        server_side = await listener.accept()
-    return server_side, peer
+@attrs.define
+class Watched:
+    hang_ups: HangUps
+    peer: trio.SocketStream
+    seq: Sequence
+    watch: _Watch
+    cancel: trio.CancelScope
+    unwatch: Callable[[], None]
 
 
-async def test_a_hang_up_marks_the_sequence_and_ends_the_answer_at_the_next_look() -> None:
+@asynccontextmanager
+async def watched_answer() -> AsyncIterator[Watched]:
+    """An answer of the simulator's shell watched through a served hang-up set, on a real
+    connection whose client is ``peer``."""
     shell, hang_ups = Shell(SimEngine(SimConfig())), HangUps()
     async with trio.open_nursery() as nursery:
         await nursery.start(hang_ups.serve)
-        server_side, peer = await hung_up_pair(hang_ups)
-        scope = {
-            "extensions": {
-                HANG_UP_EXTENSION: hang_ups,
-                SOCKET_FD_EXTENSION: server_side.socket.fileno(),
-            }
-        }
+        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        async with listener:
+            peer = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
+            server_side = await listener.accept()
+        fd = server_side.socket.fileno()
+        scope = {"extensions": {HANG_UP_EXTENSION: hang_ups, SOCKET_FD_EXTENSION: fd}}
         seq, watch, cancel = Sequence(), _Watch(), trio.CancelScope()
         unwatch = shell._watch_hang_up(scope, seq, watch, cancel)  # type: ignore[arg-type]
         assert unwatch is not None
-        peer.socket.close()
-        for _ in range(TICKS_PER_POLL):  # a burst of writes: no checkpoint in between
-            hang_ups.tick()
-        assert (seq.left, watch.client_left, cancel.cancel_called) == (1, True, True)
+        yield Watched(hang_ups, peer, seq, watch, cancel, unwatch)
         unwatch()
         await server_side.aclose()
         nursery.cancel_scope.cancel()
 
 
-async def test_a_hang_up_after_the_answer_is_no_abort_and_no_watch_without_the_server_s() -> None:
-    shell, hang_ups = Shell(SimEngine(SimConfig())), HangUps()
-    async with trio.open_nursery() as nursery:
-        await nursery.start(hang_ups.serve)
-        server_side, peer = await hung_up_pair(hang_ups)
-        scope = {
-            "extensions": {
-                HANG_UP_EXTENSION: hang_ups,
-                SOCKET_FD_EXTENSION: server_side.socket.fileno(),
-            }
-        }
-        seq, watch, cancel = Sequence(), _Watch(), trio.CancelScope()
-        unwatch = shell._watch_hang_up(scope, seq, watch, cancel)  # type: ignore[arg-type]
-        assert unwatch is not None
-        watch.done = True
-        peer.socket.close()
+async def test_a_hang_up_marks_the_sequence_and_ends_the_answer_at_the_next_look() -> None:
+    async with watched_answer() as w:
+        w.peer.socket.close()
+        for _ in range(TICKS_PER_POLL):  # a burst of writes: no checkpoint in between
+            w.hang_ups.tick()
+        assert (w.seq.left, w.watch.client_left, w.cancel.cancel_called) == (1, True, True)
+
+
+async def test_a_hang_up_after_the_answer_is_no_abort() -> None:
+    async with watched_answer() as w:
+        w.watch.done = True
+        w.peer.socket.close()
         for _ in range(TICKS_PER_POLL):
-            hang_ups.tick()
-        assert (seq.left, watch.client_left, cancel.cancel_called) == (0, False, False)
-        await server_side.aclose()
-        nursery.cancel_scope.cancel()
-    assert shell._watch_hang_up({"extensions": {}}, seq, watch, cancel) is None  # type: ignore[arg-type]
+            w.hang_ups.tick()
+        assert (w.seq.left, w.watch.client_left, w.cancel.cancel_called) == (0, False, False)
+
+
+def test_no_watch_without_the_server_s() -> None:
+    shell = Shell(SimEngine(SimConfig()))
+    no_watch = shell._watch_hang_up(
+        {"extensions": {}},
+        Sequence(),  # type: ignore[arg-type]
+        _Watch(),
+        trio.CancelScope(),
+    )
+    assert no_watch is None

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+import attrs
 import trio
 
 from trio_gateway.access import RequestContext, request_context
@@ -13,60 +16,62 @@ from trio_gateway.relay import CLIENT_GONE, Outcome
 from trio_gateway.tracing import new_trace
 
 
-def context() -> RequestContext:
-    return RequestContext(request_id="r", route="POST /v1/chat/completions", trace=new_trace())
+@attrs.define
+class Started:
+    watch: HangUpCancel
+    hang_ups: HangUps
+    scope: trio.CancelScope
+    outcome: Outcome
+    aborted: list[str]
+
+
+@contextmanager
+def started(
+    answered: trio.Event, outcome: Outcome | None = None, *, upstream: bool = True
+) -> Iterator[Started]:
+    """A request's hang-up watch, started inside its request context (with an upstream
+    response open to abort, unless not ``upstream``)."""
+    hang_ups = HangUps()
+    a, b = socket.socketpair()
+    with a, b:
+        context = RequestContext(
+            request_id="r", route="POST /v1/chat/completions", trace=new_trace()
+        )
+        aborted: list[str] = []
+        if upstream:
+            context.abort_upstream = lambda: aborted.append("upstream")
+        scope = trio.CancelScope()
+        outcome = outcome if outcome is not None else Outcome()
+        watch = HangUpCancel(hang_ups, a.fileno(), answered)
+        with request_context(context):
+            watch.start(scope, outcome)
+        yield Started(watch, hang_ups, scope, outcome, aborted)
+        watch.stop()
 
 
 async def test_a_hang_up_cancels_tells_and_shuts_the_upstream_at_once() -> None:
-    hang_ups = HangUps()
-    answered = trio.Event()
-    a, b = socket.socketpair()
-    with a, b:
-        ctx = context()
-        aborted: list[str] = []
-        ctx.abort_upstream = lambda: aborted.append("upstream")
-        scope, outcome = trio.CancelScope(), Outcome()
-        watch = HangUpCancel(hang_ups, a.fileno(), answered)
-        with request_context(ctx):
-            watch.start(scope, outcome)
-        assert len(hang_ups) == 1
-        watch()  # what HangUps calls, from whichever task looked
-        assert scope.cancel_called
-        assert outcome.cancelled == CLIENT_GONE
-        assert aborted == ["upstream"]
-        watch.stop()
-        assert len(hang_ups) == 0
+    with started(trio.Event()) as s:
+        assert len(s.hang_ups) == 1
+        s.watch()  # what HangUps calls, from whichever task looked
+        assert s.scope.cancel_called
+        assert s.outcome.cancelled == CLIENT_GONE
+        assert s.aborted == ["upstream"]
+    assert len(s.hang_ups) == 0
 
 
 async def test_a_hang_up_after_the_answer_is_no_cancellation() -> None:
-    hang_ups = HangUps()
     answered = trio.Event()
-    a, b = socket.socketpair()
-    with a, b:
-        ctx = context()
-        aborted: list[str] = []
-        ctx.abort_upstream = lambda: aborted.append("upstream")
-        scope, outcome = trio.CancelScope(), Outcome()
-        watch = HangUpCancel(hang_ups, a.fileno(), answered)
-        with request_context(ctx):
-            watch.start(scope, outcome)
+    with started(answered) as s:
         answered.set()
-        watch()
-        assert not scope.cancel_called
-        assert outcome.cancelled is None
-        assert aborted == []
-        watch.stop()
+        s.watch()
+        assert not s.scope.cancel_called
+        assert s.outcome.cancelled is None
+        assert s.aborted == []
 
 
 async def test_an_earlier_cause_is_kept_and_no_upstream_is_no_matter() -> None:
-    hang_ups = HangUps()
-    a, b = socket.socketpair()
-    with a, b:
-        scope, outcome = trio.CancelScope(), Outcome(cancelled="client_stall")
-        watch = HangUpCancel(hang_ups, a.fileno(), trio.Event())
-        with request_context(context()):  # between attempts: no upstream response open
-            watch.start(scope, outcome)
-        watch()
-        assert scope.cancel_called
-        assert outcome.cancelled == "client_stall"
-        watch.stop()
+    # Between attempts: no upstream response open.
+    with started(trio.Event(), Outcome(cancelled="client_stall"), upstream=False) as s:
+        s.watch()
+        assert s.scope.cancel_called
+        assert s.outcome.cancelled == "client_stall"
