@@ -320,7 +320,9 @@ async def test_a_socket_whose_close_frame_cannot_be_written_is_dropped() -> None
         await wait_until(
             lambda: stack.gateway.app.websocket.statistics().open_sockets == 0, timeout_s=10
         )
-        assert len(stack.gateway.app.connections) == 0
+        # Closed by the connection's task, which ends right after the handler (hypercorn's
+        # own close first): polled, not asserted at the instant the handler count reached 0.
+        await wait_until(lambda: len(stack.gateway.app.connections) == 0)
         nursery.cancel_scope.cancel()
 
 
