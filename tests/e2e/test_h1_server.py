@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 
+from tests.sockets import connected_pair
 from trio_gateway.fronts import h1_serve
 from trio_gateway.fronts.h1_serve import HANG_UP_EXTENSION, TICKS_PER_POLL, H1Server, HangUps
 
@@ -467,21 +468,18 @@ async def test_a_watch_of_a_reused_descriptor_is_not_undone_by_the_old_unwatch()
 
     async with trio.open_nursery() as nursery:
         await nursery.start(hang_ups.serve)
-        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        async with listener:
-            peer = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
-            server_side = await listener.accept()
-            fd = server_side.socket.fileno()
-            old = partial(gone, "old")
-            hang_ups.watch(fd, old)
-            hang_ups.watch(fd, partial(gone, "new"))  # the same descriptor, watched anew
-            hang_ups.unwatch(fd, old)
-            assert len(hang_ups) == 1
-            await peer.aclose()
-            with trio.fail_after(5):
-                await left.wait()
-            assert told == ["new"]
-            await server_side.aclose()
+        peer, server_side = await connected_pair()
+        fd = server_side.socket.fileno()
+        old = partial(gone, "old")
+        hang_ups.watch(fd, old)
+        hang_ups.watch(fd, partial(gone, "new"))  # the same descriptor, watched anew
+        hang_ups.unwatch(fd, old)
+        assert len(hang_ups) == 1
+        await peer.aclose()
+        with trio.fail_after(5):
+            await left.wait()
+        assert told == ["new"]
+        await server_side.aclose()
         nursery.cancel_scope.cancel()
 
 
@@ -537,19 +535,16 @@ async def test_work_in_one_long_turn_looks_at_the_hang_ups_itself() -> None:
     told: list[str] = []
     async with trio.open_nursery() as nursery:
         await nursery.start(hang_ups.serve)
-        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        async with listener:
-            peer = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
-            server_side = await listener.accept()
-            hang_ups.watch(server_side.socket.fileno(), partial(told.append, "gone"))
-            peer.socket.close()  # the FIN is in the kernel's hands at once, on loopback
-            for _ in range(TICKS_PER_POLL - 1):
-                hang_ups.tick()
-            assert told == []  # a look only every TICKS_PER_POLL ticks
+        peer, server_side = await connected_pair()
+        hang_ups.watch(server_side.socket.fileno(), partial(told.append, "gone"))
+        peer.socket.close()  # the FIN is in the kernel's hands at once, on loopback
+        for _ in range(TICKS_PER_POLL - 1):
             hang_ups.tick()
-            assert told == ["gone"]
-            assert len(hang_ups) == 0
-            await server_side.aclose()
+        assert told == []  # a look only every TICKS_PER_POLL ticks
+        hang_ups.tick()
+        assert told == ["gone"]
+        assert len(hang_ups) == 0
+        await server_side.aclose()
         nursery.cancel_scope.cancel()
 
 

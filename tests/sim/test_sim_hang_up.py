@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
+from tests.sockets import connected_pair
 from trio_gateway.fronts.h1_serve import (
     HANG_UP_EXTENSION,
     SOCKET_FD_EXTENSION,
@@ -44,10 +45,7 @@ async def watched_answer() -> AsyncIterator[Watched]:
     shell, hang_ups = Shell(SimEngine(SimConfig())), HangUps()
     async with trio.open_nursery() as nursery:
         await nursery.start(hang_ups.serve)
-        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        async with listener:
-            peer = await trio.open_tcp_stream("127.0.0.1", listener.socket.getsockname()[1])
-            server_side = await listener.accept()
+        peer, server_side = await connected_pair()
         fd = server_side.socket.fileno()
         scope = {"extensions": {HANG_UP_EXTENSION: hang_ups, SOCKET_FD_EXTENSION: fd}}
         seq, watch, cancel = Sequence(), _Watch(), trio.CancelScope()
