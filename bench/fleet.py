@@ -35,9 +35,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import random
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -63,7 +61,7 @@ from bench.fleet_load import (
     system_prompt,
 )
 from bench.harness import ALIAS, SERVED_MODEL, Common, _spawn, fmt
-from bench.processes import PYTHON, Child, ProcessFailed, _stop, _wait_ready
+from bench.processes import PYTHON, Child, ProcessFailed, _stop, _wait_ready, quiet_ports
 from bench.procstat import loadavg
 from trio_gateway.providers.vllm_signals import parse_vllm_metrics
 from trio_gateway.sim.text import count_prompt
@@ -263,31 +261,6 @@ class Fleet:
         self.sims[i] = child
         wait_listening(child, f"127.0.0.1:{self.sim_ports[i]}/v1", 60.0)
         _wait_ready(child, f"{self.sim_url(i)}/health", 60.0)
-
-
-def quiet_ports(count: int) -> list[int]:
-    """Free ports below the kernel's ephemeral range. Other work on this machine (tests
-    starting servers on port 0) takes ports from that range at any moment; between choosing a
-    port and a child binding it (seconds, for the gateway's imports on a busy machine) one of
-    them most likely took a port chosen that way: once, ``/healthz`` answered on the gateway's
-    port before the gateway listened."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    chosen: list[int] = []
-    rng = random.Random()
-    while len(chosen) < count:
-        port = rng.randrange(10_000, max(low, 10_001))
-        if port in chosen:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        chosen.append(port)
-    return chosen
 
 
 def wait_listening(child: Child, marker: str, timeout_s: float) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import math
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,17 +22,11 @@ from contextlib import contextmanager
 
 import trio
 
+from bench.processes import free_port
 from trio_gateway.gate import LeaseBroker, LocalGate, SharedGate
 from trio_gateway.redis_client import RedisError, open_redis
 
 START_TIMEOUT_S = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -34,12 +35,41 @@ class ProcessFailed(Exception):
     """A child process did not start, or died while it was needed."""
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def quiet_ports(count: int) -> list[int]:
+    """``count`` distinct ports nobody holds now, below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` is in the ephemeral range, which every outgoing
+    connection on this machine draws from too: between choosing it and a child process binding
+    it (seconds, for the gateway's imports on a busy machine) a load generator's connection or
+    another test's server may take it. CI saw a simulator fail with EADDRINUSE that way, and
+    once ``/healthz`` answered on the gateway's port before the gateway listened.
+    """
+    low = _ephemeral_low()
+    chosen: list[int] = []
+    rng = random.Random()
+    while len(chosen) < count:
+        port = rng.randrange(10_000, max(low, 10_001))
+        if port in chosen:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        chosen.append(port)
+    return chosen
+
+
 def free_port() -> int:
-    """A port nobody listens on right now (the kernel picks; a tiny race is accepted)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port for a child process to listen on (see ``quiet_ports``)."""
+    return quiet_ports(1)[0]
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

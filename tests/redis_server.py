@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 import trio
+from bench.processes import free_port
 
 from trio_gateway.redis_client import RedisError, open_redis
 
 REDIS_BINARY = "redis-server"
 START_TIMEOUT_S = 10.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class RedisServer:

@@ -15,17 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 import tomli
+from bench.processes import free_port
 from openai import OpenAI
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "trio_gateway"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def default_config_on_free_ports(tmp_path: Path) -> tuple[Path, int]:

@@ -16,6 +16,7 @@ import coredis
 import httpx
 import trio
 import trio_websocket
+from bench.processes import free_port
 from coredis.response.types import StreamPending
 
 from tests.e2e.harness import (
@@ -28,7 +29,7 @@ from tests.e2e.harness import (
 )
 from tests.e2e.test_auth import ws_round_trip
 from tests.e2e.test_usage_ledger import PAUSE_AFTER_K, K, ledger_rows, read_k_content_chunks
-from tests.redis_server import RedisServer, free_port, pause, resume, running_redis
+from tests.redis_server import RedisServer, pause, resume, running_redis
 from trio_gateway.auth import hash_key, new_key
 from trio_gateway.config import parse_config
 from trio_gateway.limit_store import AdmitArgs, RedisStore

@@ -15,9 +15,10 @@ from typing import Any
 import attrs
 import httpx
 import trio
+from bench.processes import free_port
 
 from tests.e2e.harness import FAST_SIM, chat, running_sim, script
-from tests.e2e.test_cli import CLI, free_port
+from tests.e2e.test_cli import CLI
 from tests.redis_server import RedisServer, running_redis
 from trio_gateway.sim import SimHandle
 

@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from bench.processes import free_port
 
-from tests.e2e.test_cli import CLI, free_port, wait_ready
+from tests.e2e.test_cli import CLI, wait_ready
 
 STOP_TIMEOUT_S = 20
 
