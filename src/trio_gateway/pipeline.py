@@ -305,7 +305,10 @@ class Router:
 
         async def tracked(events: list[Event]) -> None:
             nonlocal emitted
-            emitted = True
+            if not emitted:
+                emitted = True
+                # No other attempt can follow an answer begun (an error now goes to the client).
+                request.release_body()
             await emit(events)
 
         started = trio.current_time()

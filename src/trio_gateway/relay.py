@@ -102,6 +102,10 @@ class Outcome:
             self.usage = event
 
 
+def _no_prompt() -> int:
+    return 0
+
+
 def record(
     plan: Plan,
     outcome: Outcome,
@@ -129,7 +133,7 @@ def record(
         emitted=first_event_at is not None,
         usage=outcome.usage,
         partial=outcome.meter.partial,
-        messages=request.body.get("messages") if request is not None else None,
+        prompt_estimate=request.prompt_estimate if request is not None else _no_prompt,
         ttft_s=ttft_s,
         duration_s=duration_s,
         started_at=time.time() if started_wall is None else started_wall,

@@ -9,6 +9,7 @@ import attrs
 
 from trio_gateway.config import Capability
 from trio_gateway.errors import InvalidJSON, InvalidRequest, UnsupportedParameter
+from trio_gateway.usage import estimate_prompt_tokens
 from trio_gateway.validation import validate_body, within_depth
 
 # Gateway extensions in the request body; never sent to a provider as they are.
@@ -17,9 +18,12 @@ REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _NOTHING_REQUIRED: frozenset[Capability] = frozenset()
 
 
-@attrs.frozen(kw_only=True)
+@attrs.define(kw_only=True)
 class ChatRequest:
+    """Not frozen for one reason: ``release_body`` (below)."""
+
     alias: str
+    # The parsed body, as validated; empty once released.
     body: dict[str, Any]
     stream: bool
     include_usage: bool
@@ -32,6 +36,23 @@ class ChatRequest:
     # The client's x-session-id header: which conversation this turn belongs to, so replica
     # affinity routing keeps it where its prefix is cached (docs/routing.md).
     session_id: str | None = None
+    # The prompt's estimate (usage.estimate_prompt_tokens), taken when the body is released.
+    _prompt_estimate: int | None = attrs.field(default=None, init=False, repr=False)
+
+    def release_body(self) -> None:
+        """Drop the parsed body, keeping the prompt's estimate: once an answer has begun, no
+        other attempt will translate the request, and only a usage record cut short reads it
+        again. A long prompt is otherwise held for as long as its answer streams, thousands of
+        answers at once."""
+        if self._prompt_estimate is None:
+            self._prompt_estimate = estimate_prompt_tokens(self.body.get("messages"))
+            self.body = {}
+
+    def prompt_estimate(self) -> int:
+        """The prompt's tokens as estimated for a vendor that never counted them."""
+        if self._prompt_estimate is not None:
+            return self._prompt_estimate
+        return estimate_prompt_tokens(self.body.get("messages"))
 
 
 def _reasoning_switch(body: dict[str, Any]) -> bool | None:

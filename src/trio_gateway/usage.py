@@ -21,6 +21,7 @@ estimated from the request's messages the same way.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Literal, Protocol
 
 import attrs
@@ -114,7 +115,7 @@ def usage_record(
     emitted: bool,
     usage: Usage | None,
     partial: PartialUsage | None,
-    messages: object,
+    prompt_estimate: Callable[[], int],
     ttft_s: float | None,
     duration_s: float,
     started_at: float,
@@ -122,7 +123,8 @@ def usage_record(
     """The record of a request that reached the relay.
 
     ``usage`` is the vendor's final count (the answer's ``Usage`` event), ``partial`` what the
-    parser knew when its stream ended; ``emitted`` whether any event reached the relay."""
+    parser knew when its stream ended; ``emitted`` whether any event reached the relay;
+    ``prompt_estimate`` is called for a prompt the vendor never counted."""
     if cancelled is not None:
         outcome: Outcome = "cancelled"
         code: str | None = cancelled
@@ -135,7 +137,7 @@ def usage_record(
     if usage is None and partial is not None:
         usage, estimated = partial.usage, partial.estimated
         if estimated and usage.prompt_tokens == 0:
-            usage = attrs.evolve(usage, prompt_tokens=estimate_prompt_tokens(messages))
+            usage = attrs.evolve(usage, prompt_tokens=prompt_estimate())
     return UsageRecord(
         request_id=request_id,
         key=key,

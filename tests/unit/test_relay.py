@@ -33,7 +33,7 @@ from trio_gateway.relay import (
     Watch,
     relay,
 )
-from trio_gateway.usage import UsageRecord
+from trio_gateway.usage import UsageRecord, estimate_prompt_tokens
 
 TOKENS = 400
 
@@ -406,3 +406,35 @@ async def test_watchers_stop_when_the_answer_ends(autojump_clock: trio.abc.Clock
     assert outcome.cancelled is None
     assert stopped == [True, True]
     assert trio.current_time() == started
+
+
+async def test_an_answer_begun_releases_the_parsed_body_and_keeps_its_prompt_estimate(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway = router(fast_stream)
+    records = Records()
+    gateway.usage = records
+    request = chat()
+    messages = request.body["messages"]
+    seen: list[dict[str, Any]] = []
+
+    async def put(items: list[Item]) -> None:
+        seen.append(request.body)
+
+    await relay(request, gateway.plan(request), sink=Collect(on_put=put), client_stall_timeout_s=1)
+    # Released before the first events reached the client, not only at the end.
+    assert seen and seen[0] == {}
+    assert request.body == {}
+    [record] = records.records
+    assert record.prompt_tokens == estimate_prompt_tokens(messages) > 0
+
+
+def test_a_request_not_released_estimates_from_its_body_and_a_released_one_from_its_estimate() -> (
+    None
+):
+    request = chat()
+    before = request.prompt_estimate()
+    assert before == estimate_prompt_tokens(request.body["messages"]) > 0
+    request.release_body()
+    request.release_body()  # twice: the estimate taken the first time stays
+    assert request.body == {} and request.prompt_estimate() == before

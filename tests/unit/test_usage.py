@@ -30,6 +30,7 @@ from trio_gateway.sse import SSEDecoder, SSEEvent
 from trio_gateway.usage import (
     PartialUsage,
     UsageRecord,
+    estimate_prompt_tokens,
     estimate_tokens,
     refused_record,
     usage_record,
@@ -150,7 +151,7 @@ def record(**overrides: Any) -> UsageRecord:
         "emitted": True,
         "usage": Usage(10, 5, 2, 3),
         "partial": PartialUsage(Usage(10, 4), estimated=False),
-        "messages": [{"role": "user", "content": "hello"}],
+        "prompt_estimate": lambda: estimate_prompt_tokens([{"role": "user", "content": "hi"}]),
         "ttft_s": 0.1,
         "duration_s": 1.0,
         "started_at": 1_700_000_000.0,
@@ -200,7 +201,7 @@ def test_an_estimated_count_without_a_prompt_estimates_the_prompt() -> None:
         cancelled="client_gone",
         usage=None,
         partial=PartialUsage(Usage(0, 7), estimated=True),
-        messages=messages,
+        prompt_estimate=lambda: estimate_prompt_tokens(messages),
     )
     assert r.estimated
     assert r.completion_tokens == 7

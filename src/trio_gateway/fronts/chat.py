@@ -139,8 +139,10 @@ async def handle_chat(
     client: ClientSocket | None = None,
     session_id: str | None = None,
 ) -> Outcome:
-    body = await read_body(receive, server.max_body_bytes)
-    request = with_session(authorize(parse_chat_request(body), key), session_id)
+    # The raw bytes are not kept in this frame: it lasts as long as the answer streams.
+    raw = await read_body(receive, server.max_body_bytes)
+    request = with_session(authorize(parse_chat_request(raw), key), session_id)
+    del raw
     plan = router.plan(request)
     admission = await router.limits.admit(
         key, request.body, tuple(u.config for u in plan.upstreams)
