@@ -24,10 +24,10 @@ class Drain:
     def __len__(self) -> int:
         return len(self._producers)
 
-    def track(self) -> _Tracked:
-        """``with drain.track() as scope:`` around an answer's production; the drain's end
-        cancels ``scope``."""
-        return _Tracked(self)
+    def track(self, scope: trio.CancelScope) -> _Tracked:
+        """``with drain.track(scope):`` around an answer's production: enters ``scope``, which
+        the drain's end cancels."""
+        return _Tracked(self, scope)
 
     def _done(self, scope: trio.CancelScope) -> None:
         self._producers.discard(scope)
@@ -56,9 +56,11 @@ class _Tracked:
     """A class, not ``@contextmanager``: one per answer, thousands at once, and a generator and
     its wrapper are most of a KiB more each."""
 
-    def __init__(self, drain: Drain) -> None:
+    __slots__ = ("_drain", "_scope")
+
+    def __init__(self, drain: Drain, scope: trio.CancelScope) -> None:
         self._drain = drain
-        self._scope = trio.CancelScope()
+        self._scope = scope
 
     def __enter__(self) -> trio.CancelScope:
         self._drain._producers.add(self._scope)

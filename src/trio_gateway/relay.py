@@ -191,17 +191,15 @@ async def relay(
             async with trio.open_nursery() as nursery:
                 for watcher in watch:
                     nursery.start_soon(watcher, scope, outcome)
-                with scope:
-                    await _produce(
-                        request, plan, outcome, sink, client_stall_timeout_s, drop_connection, scope
-                    )
-                nursery.cancel_scope.cancel()
-        else:
-            # No task beside the producer: no nursery either (thousands of answers at once).
-            with scope:
                 await _produce(
                     request, plan, outcome, sink, client_stall_timeout_s, drop_connection, scope
                 )
+                nursery.cancel_scope.cancel()
+        else:
+            # No task beside the producer: no nursery either (thousands of answers at once).
+            await _produce(
+                request, plan, outcome, sink, client_stall_timeout_s, drop_connection, scope
+            )
     except BaseException as exc:
         # Cancelled from outside the request's own scope: the server is stopping. It arrives
         # through the request's nursery, so as a group of Cancelled, not a bare one.
@@ -276,10 +274,14 @@ async def _produce(
     drop_connection: DropConnection | None,
     scope: trio.CancelScope,
 ) -> None:
+    """Runs the request in ``scope``, which the client's leaving or stalling cancels (having
+    set ``outcome.cancelled`` first) and so does the drain's end (which sets nothing): one
+    scope, not one each, as thousands of answers hold theirs at once. The last words (an error,
+    the end) are said outside it."""
     to_client = _Emit(outcome, sink, scope, drop_connection)
     drain = plan.router.drain
     error: GatewayError | None = None
-    with drain.track() as producer:
+    with drain.track(scope):
         try:
             if drain.stopping:
                 raise ShuttingDown(
@@ -291,9 +293,12 @@ async def _produce(
         except Exception as exc:
             log.exception("internal error while serving %s", request.alias)
             error = InternalError(f"internal error: {exc.__class__.__name__}")
-    if producer.cancelled_caught:
-        # The drain ended: the upstream is closed; tell the client, then end cleanly.
-        outcome.cancelled = outcome.cancelled or SHUTDOWN
+    if outcome.cancelled is not None:
+        return  # the client left, stalled or cancelled: nobody to say anything to
+    if scope.cancelled_caught:
+        # The drain ended (it alone cancels without a cause in ``outcome``): the upstream is
+        # closed; tell the client, then end cleanly.
+        outcome.cancelled = SHUTDOWN
         error = ShuttingDown("the gateway shut down before the answer finished")
     # The last words get the stall period, no more: a client that takes nothing is not waited
     # for (and is no longer holding an upstream).
