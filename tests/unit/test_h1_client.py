@@ -346,3 +346,44 @@ async def test_an_aborted_connection_is_not_reused_even_after_a_whole_body() -> 
         assert client.idle_count() == 0
         await read_all(await client.post(url, {}, b"{}"))
     assert accepted == [0, 1]
+
+
+READ_FAST_BYTES = 32 * 1024 * 1024
+
+
+async def test_an_answer_not_read_backs_up_to_its_upstream_within_a_bound() -> None:
+    """A stream the gateway does not read (its client is slow) stops its upstream's writes
+    after a bounded amount, as a slow client of the upstream's own would: the kernel's receive
+    buffer is not left to grow to tcp_rmem's maximum (tens of MiB) per stalled answer."""
+    sent = 0
+    blocked = trio.Event()
+
+    async def flood(stream: trio.SocketStream, _: int) -> None:
+        nonlocal sent
+        stream.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+        await read_request(stream)
+        await stream.send_all(SSE_HEAD)
+        piece = chunk(b"data: " + b"x" * 16000 + b"\n\n")
+        while True:
+            # Blocked for a second on loopback: the reader's buffer is full.
+            with trio.move_on_after(1.0) as late:
+                await stream.send_all(piece)
+            if late.cancelled_caught:
+                blocked.set()
+                await trio.sleep_forever()
+            sent += len(piece)
+
+    async with server(flood) as (url, _):
+        response = await pool().post(url, {}, b"{}")
+        # Read fast first, as the gateway does while its client keeps up: the kernel grows a
+        # buffer that is read fast (autotuning), then the client stalls.
+        read = 0
+        while read < READ_FAST_BYTES:
+            read += sum(map(len, await response.receive()))
+        start = sent
+        with trio.fail_after(30):
+            await blocked.wait()
+        await response.aclose()
+    # 64 KB here (the server's own send buffer is half of it); 945 KB with the kernel's
+    # autotuning, which would grow it further with a longer fast read.
+    assert sent - start < 256 * 1024, f"the upstream wrote {sent - start} bytes nobody read"

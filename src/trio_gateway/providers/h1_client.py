@@ -43,6 +43,14 @@ from trio_gateway.providers.h1 import (
 # rendered chunks while it waits for room (the upstream keeps sending meanwhile, so the next read
 # is a full one): 200 such streams held 26 MB at 64 KiB (docs/benchmarks.md, scenario E).
 READ_BYTES = 16384
+# What the kernel may hold of one upstream answer that the gateway is not reading (its client
+# is slow): set on every upstream socket, so the upstream feels a slow client soon, as it would
+# if the client were its own. Left to the kernel's autotuning, a buffer read fast before the
+# client stalled grew to about a MiB (up to tcp_rmem's maximum), a simulator whose writes never
+# blocked generated every token of 200 stalled answers, and the other streams paid for it
+# (docs/benchmarks.md, scenario E). The kernel doubles it (32 KiB, about half of it window): at
+# a 100 ms round trip, 160 KB/s, several times the fastest token stream.
+UPSTREAM_RCVBUF_BYTES = 16384
 
 
 @attrs.frozen
@@ -178,7 +186,9 @@ class H1Pool:
         return True
 
     async def _open(self, origin: Origin) -> trio.abc.Stream:
-        stream: trio.abc.Stream = await trio.open_tcp_stream(origin.host, origin.port)
+        tcp = await trio.open_tcp_stream(origin.host, origin.port)
+        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UPSTREAM_RCVBUF_BYTES)
+        stream: trio.abc.Stream = tcp
         if origin.scheme == "https":
             if self._ssl is None:
                 self._ssl = httpx.create_ssl_context()
