@@ -387,3 +387,37 @@ async def test_an_answer_not_read_backs_up_to_its_upstream_within_a_bound() -> N
     # 64 KB here (the server's own send buffer is half of it); 945 KB with the kernel's
     # autotuning, which would grow it further with a longer fast read.
     assert sent - start < 256 * 1024, f"the upstream wrote {sent - start} bytes nobody read"
+
+
+async def test_expiry_closes_every_idle_connection_of_every_origin_and_counts_them() -> None:
+    """Two idle connections on each of two origins, all past their expiry: all four closed,
+    counted across origins."""
+    release, all_open = trio.Event(), trio.Event()
+    heads = 0
+
+    async def two_at_once(stream: trio.SocketStream, _: int) -> None:
+        nonlocal heads
+        while await read_request(stream):
+            await stream.send_all(SSE_HEAD + chunk(b"data: a\n\n"))
+            heads += 1
+            if heads == 4:
+                all_open.set()
+            await release.wait()
+            await stream.send_all(b"0\r\n\r\n")
+
+    async with server(two_at_once) as (url_a, _), server(two_at_once) as (url_b, _):
+        client = H1Pool("up", max_idle=4, idle_expiry_s=0, connect_timeout_s=2, write_timeout_s=2)
+
+        async def one(url: str) -> None:
+            response = await client.post(url, {}, b"{}")
+            await read_all(response)
+            await response.aclose()
+
+        async with trio.open_nursery() as nursery:
+            for url in (url_a, url_a, url_b, url_b):
+                nursery.start_soon(one, url)
+            await all_open.wait()  # four answers open at once: four connections
+            release.set()
+        assert client.idle_count() == 4
+        assert client.close_expired() == 4
+        assert client.idle_count() == 0

@@ -184,3 +184,9 @@ def test_the_chunk_line_bound_is_exact() -> None:
         with pytest.raises(H1Error) as caught:
             ChunkedBody().feed(fed)
         assert str(caught.value) == f"a chunk line longer than {MAX_LINE_BYTES} bytes"
+
+
+def test_a_head_of_a_status_line_alone_keeps_its_whole_reason() -> None:
+    head = parse_head(b"HTTP/1.1 204 No Content")
+    assert (head.status, head.reason, head.headers) == (204, "No Content", ())
+    assert head.get("content-length") is None
