@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench import cancellation, fleet, overhead, scale, slow_clients, stream_timing
+from bench import (
+    cancellation,
+    fleet,
+    overhead,
+    scale,
+    slow_clients,
+    stream_memory,
+    stream_timing,
+)
 
 pytestmark = pytest.mark.slow
 MODES = ["direct", "naive", "gateway"]
@@ -161,3 +169,12 @@ def test_fleet_smoke(tmp_path: Path) -> None:
     assert kill["kill_t_s"] < kill["out_of_rotation_t_s"]
     assert kill["ready_t_s"] < kill["back_in_rotation_t_s"]
     assert set(kill["errors_by_when"]) <= {"in flight at the kill"}
+
+
+def test_stream_memory_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    # The tool behind D's memory analysis: the gateway under tracemalloc, held streams.
+    assert stream_memory.main(["--streams", "5", "--top", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = out[0].split()
+    assert head[:3] == ["5", "streams", "open;"] and float(head[4]) > 1.0  # KiB per stream
+    assert len(out) == 4 and all("B/stream" in line for line in out[1:])
