@@ -102,16 +102,12 @@ class Outcome:
             self.usage = event
 
 
-def _no_prompt() -> int:
-    return 0
-
-
 def record(
     plan: Plan,
     outcome: Outcome,
     started_at: float,
     *,
-    request: ChatRequest | None = None,
+    request: ChatRequest,
     request_id: str = "",
     started_wall: float | None = None,
 ) -> UsageRecord:
@@ -125,7 +121,7 @@ def record(
     duration_s = now - started_at
     usage_rec = usage_record(
         request_id=request_id,
-        key=getattr(request, "key_name", None),
+        key=request.key_name,
         alias=plan.alias,
         provider=provider or None,
         cancelled=outcome.cancelled,
@@ -133,7 +129,7 @@ def record(
         emitted=first_event_at is not None,
         usage=outcome.usage,
         partial=outcome.meter.partial,
-        prompt_estimate=request.prompt_estimate if request is not None else _no_prompt,
+        prompt_estimate=request.prompt_estimate,
         ttft_s=ttft_s,
         duration_s=duration_s,
         started_at=time.time() if started_wall is None else started_wall,

@@ -438,3 +438,37 @@ def test_a_request_not_released_estimates_from_its_body_and_a_released_one_from_
     request.release_body()
     request.release_body()  # twice: the estimate taken the first time stays
     assert request.body == {} and request.prompt_estimate() == before
+
+
+async def waits_forever(scope: trio.CancelScope, outcome: Outcome) -> None:
+    await trio.sleep_forever()
+
+
+async def test_a_stall_drops_the_connection_with_a_watcher_beside_the_producer_too(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    gateway = router(bursts)
+    drops: list[int] = []
+
+    async def stall_at_the_second(batch: list[Item]) -> None:
+        if len(sink.batches) == 2:
+            raise ClientStalled("behind by 10.0 s")
+
+    sink = Collect(on_put=stall_at_the_second)
+    outcome = await run(gateway, sink, watch=[waits_forever], drop=lambda: drops.append(1))
+    assert outcome.cancelled == CLIENT_STALL
+    assert drops == [1]
+
+
+async def test_a_server_stopping_around_a_watched_answer_records_a_shutdown(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Cancelled from outside, the request's nursery (there is a watcher) raises a group of
+    # Cancelled: still a shutdown, in the record.
+    gateway = router(bursts)
+    records = Records()
+    gateway.usage = records
+    with trio.move_on_after(1.2):
+        await run(gateway, Collect(), watch=[waits_forever])
+    [record] = records.records
+    assert (record.outcome, record.error_code) == ("cancelled", "shutdown")

@@ -162,7 +162,7 @@ async def test_an_error_names_its_provider_and_counts_as_one(
     outcome = Outcome(error=error)
     started = trio.current_time()
     await trio.sleep(2.0)
-    rec = record(gateway.plan(chat()), outcome, started, request=None, request_id="r2")
+    rec = record(gateway.plan(chat()), outcome, started, request=chat(), request_id="r2")
     assert (rec.provider, rec.outcome, rec.error_code, rec.key) == (
         "p1",
         "failed",
@@ -204,7 +204,7 @@ async def test_the_provider_label(
     autojump_clock: trio.abc.Clock, outcome: Outcome, provider: str
 ) -> None:
     gateway, _ = router()
-    rec = record(gateway.plan(chat()), outcome, trio.current_time())
+    rec = record(gateway.plan(chat()), outcome, trio.current_time(), request=chat())
     assert rec.provider == (provider or None)
     result: Any = "error" if outcome.error else "ok"
     code = outcome.error.code if outcome.error else ""
@@ -226,7 +226,7 @@ async def test_the_wall_clock_start_defaults_to_now(autojump_clock: trio.abc.Clo
 
     gateway, _ = router()
     before = time.time()
-    rec = record(gateway.plan(chat()), Outcome(), trio.current_time())
+    rec = record(gateway.plan(chat()), Outcome(), trio.current_time(), request=chat())
     assert before <= rec.started_at <= time.time()
 
 
@@ -234,7 +234,7 @@ async def test_a_refusal_before_the_first_event_is_refused_after_it_failed(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     gateway, _ = router()
-    refused = record(gateway.plan(chat()), Outcome(error=Overloaded("full")), 0.0)
+    refused = record(gateway.plan(chat()), Outcome(error=Overloaded("full")), 0.0, request=chat())
     assert (refused.outcome, refused.error_code, refused.request_id) == (
         "refused",
         "overloaded",
@@ -242,7 +242,7 @@ async def test_a_refusal_before_the_first_event_is_refused_after_it_failed(
     )
     late = Outcome(error=ShuttingDown("bye"), provider="p1")
     late.first_event_at = trio.current_time()
-    failed = record(gateway.plan(chat()), late, 0.0)
+    failed = record(gateway.plan(chat()), late, 0.0, request=chat())
     assert (failed.outcome, failed.error_code) == ("failed", "shutting_down")
 
 
