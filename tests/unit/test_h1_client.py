@@ -276,22 +276,29 @@ async def test_an_idle_connection_past_descriptor_1024_is_checked_too() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+class HeldAnswers:
+    """A handler that starts each answer, holds it until ``release`` once ``count`` answers
+    are open at once (``all_open``), then ends it: so many requests, so many connections."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.heads = 0
+        self.release, self.all_open = trio.Event(), trio.Event()
+
+    async def __call__(self, stream: trio.SocketStream, _: int) -> None:
+        while await read_request(stream):
+            await stream.send_all(SSE_HEAD + chunk(b"data: a\n\n"))
+            self.heads += 1
+            if self.heads == self.count:
+                self.all_open.set()
+            await self.release.wait()
+            await stream.send_all(b"0\r\n\r\n")
+
+
 async def test_idle_connections_are_bounded_when_many_end_at_once() -> None:
     """Ten streams at once, each on its own connection: when they all end, at most max_idle
     (4) stay open; the rest are closed, and the next requests reuse the kept ones."""
-    release, all_open = trio.Event(), trio.Event()
-    heads = 0
-
-    async def held(stream: trio.SocketStream, _: int) -> None:
-        nonlocal heads
-        while await read_request(stream):
-            await stream.send_all(SSE_HEAD + chunk(b"data: a\n\n"))
-            heads += 1
-            if heads == 10:
-                all_open.set()
-            await release.wait()
-            await stream.send_all(b"0\r\n\r\n")
-
+    held = HeldAnswers(10)
     async with server(held) as (url, accepted):
         client = pool()
         ended = 0
@@ -306,8 +313,8 @@ async def test_idle_connections_are_bounded_when_many_end_at_once() -> None:
         async with trio.open_nursery() as nursery:
             for _ in range(10):
                 nursery.start_soon(one)
-            await all_open.wait()  # ten answers open at once, on ten connections
-            release.set()
+            await held.all_open.wait()  # ten answers open at once, on ten connections
+            held.release.set()
         assert ended == 10 and len(accepted) == 10
         assert client.idle_count() == 4
         async with trio.open_nursery() as nursery:
@@ -392,20 +399,8 @@ async def test_an_answer_not_read_backs_up_to_its_upstream_within_a_bound() -> N
 async def test_expiry_closes_every_idle_connection_of_every_origin_and_counts_them() -> None:
     """Two idle connections on each of two origins, all past their expiry: all four closed,
     counted across origins."""
-    release, all_open = trio.Event(), trio.Event()
-    heads = 0
-
-    async def two_at_once(stream: trio.SocketStream, _: int) -> None:
-        nonlocal heads
-        while await read_request(stream):
-            await stream.send_all(SSE_HEAD + chunk(b"data: a\n\n"))
-            heads += 1
-            if heads == 4:
-                all_open.set()
-            await release.wait()
-            await stream.send_all(b"0\r\n\r\n")
-
-    async with server(two_at_once) as (url_a, _), server(two_at_once) as (url_b, _):
+    held = HeldAnswers(4)  # counted across both servers
+    async with server(held) as (url_a, _), server(held) as (url_b, _):
         client = H1Pool("up", max_idle=4, idle_expiry_s=0, connect_timeout_s=2, write_timeout_s=2)
 
         async def one(url: str) -> None:
@@ -416,8 +411,8 @@ async def test_expiry_closes_every_idle_connection_of_every_origin_and_counts_th
         async with trio.open_nursery() as nursery:
             for url in (url_a, url_a, url_b, url_b):
                 nursery.start_soon(one, url)
-            await all_open.wait()  # four answers open at once: four connections
-            release.set()
+            await held.all_open.wait()  # four answers open at once: four connections
+            held.release.set()
         assert client.idle_count() == 4
         assert client.close_expired() == 4
         assert client.idle_count() == 0

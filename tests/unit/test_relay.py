@@ -153,8 +153,14 @@ async def test_every_event_reaches_the_sink_in_order_and_the_answer_ends_once(
     assert all(sink.batches)
 
 
+async def waits_forever(scope: trio.CancelScope, outcome: Outcome) -> None:
+    await trio.sleep_forever()
+
+
+# With a watcher beside the producer too (the request then has a nursery of its own).
+@pytest.mark.parametrize("watch", [[], [waits_forever]], ids=["alone", "watched"])
 async def test_a_sink_that_stalls_ends_the_request_and_drops_the_connection(
-    autojump_clock: trio.abc.Clock,
+    autojump_clock: trio.abc.Clock, watch: list[Watch]
 ) -> None:
     gateway = router(bursts)
     drops: list[int] = []
@@ -164,7 +170,7 @@ async def test_a_sink_that_stalls_ends_the_request_and_drops_the_connection(
             raise ClientStalled("behind by 10.0 s")
 
     sink = Collect(on_put=stall_at_the_third)
-    outcome = await run(gateway, sink, drop=lambda: drops.append(1))
+    outcome = await run(gateway, sink, watch=watch, drop=lambda: drops.append(1))
     assert outcome.cancelled == CLIENT_STALL
     assert drops == [1]
     assert len(sink.batches) == 3 and sink.ended == 0
@@ -438,26 +444,6 @@ def test_a_request_not_released_estimates_from_its_body_and_a_released_one_from_
     request.release_body()
     request.release_body()  # twice: the estimate taken the first time stays
     assert request.body == {} and request.prompt_estimate() == before
-
-
-async def waits_forever(scope: trio.CancelScope, outcome: Outcome) -> None:
-    await trio.sleep_forever()
-
-
-async def test_a_stall_drops_the_connection_with_a_watcher_beside_the_producer_too(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    gateway = router(bursts)
-    drops: list[int] = []
-
-    async def stall_at_the_second(batch: list[Item]) -> None:
-        if len(sink.batches) == 2:
-            raise ClientStalled("behind by 10.0 s")
-
-    sink = Collect(on_put=stall_at_the_second)
-    outcome = await run(gateway, sink, watch=[waits_forever], drop=lambda: drops.append(1))
-    assert outcome.cancelled == CLIENT_STALL
-    assert drops == [1]
 
 
 async def test_a_server_stopping_around_a_watched_answer_records_a_shutdown(
