@@ -13,7 +13,12 @@ import pytest
 import trio
 import trio.lowlevel
 
-from trio_gateway.fronts.direct import ClientSocket, DirectBody, unacked_bytes
+from trio_gateway.fronts.direct import (
+    CLIENT_NOTSENT_LOWAT_BYTES,
+    ClientSocket,
+    DirectBody,
+    unacked_bytes,
+)
 from trio_gateway.relay import ClientLeft, ClientStalled
 
 STALL_S = 0.6
@@ -81,15 +86,15 @@ async def test_a_client_that_reads_nothing_is_stalled_after_the_period() -> None
 
 
 async def test_a_client_behind_only_in_the_kernel_s_buffers_is_stalled_too() -> None:
-    # Small writes, far apart, into a buffer large enough for all of them (trio keeps unsent
-    # bytes under 16 KiB, TCP_NOTSENT_LOWAT; a platform without it buffers megabytes): no write
-    # ever waits; the kernel's count of unacknowledged bytes is all that shows the client is
-    # behind.
+    # Small writes, far apart, into a buffer large enough for all of them (a streamed answer
+    # keeps unsent bytes under 4 KiB, TCP_NOTSENT_LOWAT; a platform without it buffers
+    # megabytes): no write ever waits; the kernel's count of unacknowledged bytes is all that
+    # shows the client is behind.
     async with pair(rcvbuf=4096) as (server, _client):
+        writer = body(server)
         server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
         if hasattr(socket, "TCP_NOTSENT_LOWAT"):
             server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, 1 << 20)
-        writer = body(server)
         if unacked_bytes(server.socket.fileno()) is None:
             pytest.skip("the platform does not count unacknowledged bytes")
         started = trio.current_time()
@@ -191,3 +196,25 @@ async def test_wait_room_returns_at_once_with_room_and_stalls_without() -> None:
         with pytest.raises(ClientStalled):
             await writer.wait_room()
         assert trio.current_time() - started >= STALL_S
+
+
+async def test_a_stalled_client_leaves_little_unsent_in_the_kernel() -> None:
+    # trio keeps up to 16 KiB unsent on its sockets (TCP_NOTSENT_LOWAT); a streamed answer
+    # keeps 4 KiB: what a client that stops reading has not taken is that much less.
+    if not hasattr(socket, "TCP_NOTSENT_LOWAT"):
+        pytest.skip("the platform has no TCP_NOTSENT_LOWAT")
+    async with pair(rcvbuf=4096) as (server, _client):
+        writer = body(server, chunked=False)
+        assert (
+            server.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT)
+            == CLIENT_NOTSENT_LOWAT_BYTES
+        )
+        with trio.move_on_after(STALL_S / 2):
+            while True:
+                await writer.write(b"x" * 200)
+                await trio.lowlevel.checkpoint()
+        # The client's window (its 4 KiB buffer, doubled by the kernel) and the 4 KiB unsent;
+        # with trio's 16 KiB, about 24 KiB.
+        unacked = unacked_bytes(server.socket.fileno())
+        assert unacked is not None
+        assert unacked < 14 * 1024, unacked

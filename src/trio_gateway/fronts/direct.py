@@ -21,10 +21,12 @@ A client past its stall deadline (:class:`DirectBody` says when) is :class:`Clie
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import select
+import socket
 import struct
 import termios
 from collections.abc import Callable
@@ -45,6 +47,12 @@ LAG_MARK_EVERY_S = 0.25
 # More marks than a stall period holds are never needed (the client is dropped first); the
 # bound only keeps a clock that jumps from growing the deque.
 MAX_LAG_MARKS = 512
+# Unsent bytes the kernel takes for a streamed answer before a write waits (trio sets 16 KiB on
+# its sockets). A client that keeps up is never held back by it (bytes in flight do not count);
+# of one that falls behind, the kernel holds that much less, and its upstream feels it that much
+# sooner (docs/benchmarks.md, scenario E). A token's chunk is a few hundred bytes: this is still
+# a dozen of them.
+CLIENT_NOTSENT_LOWAT_BYTES = 4096
 _INT = struct.Struct("i")
 _GONE = frozenset(
     {errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.EBADF, errno.ESHUTDOWN, errno.ETIMEDOUT}
@@ -105,6 +113,11 @@ class DirectBody:
         self.lag = LagMeter(mark_every_s=LAG_MARK_EVERY_S, max_marks=MAX_LAG_MARKS)
         self.debt_s = 0.0  # the leaky bucket
         self._flowing_since: float | None = None
+        if hasattr(socket, "TCP_NOTSENT_LOWAT"):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(
+                    socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, CLIENT_NOTSENT_LOWAT_BYTES
+                )
 
     def _fd(self) -> int:
         fd = self._sock.fileno()
