@@ -99,6 +99,8 @@ def sim_argv(config: BenchConfig, port: int) -> list[str]:
         repr(config.decode_step_s_per_seq),
         "--prefill-s-per-token",
         repr(config.prefill_s_per_token),
+        "--client-lead-tokens",  # vLLM's way, as in every scenario (bench/harness.py)
+        "0",
     ]
 
 

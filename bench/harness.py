@@ -104,9 +104,14 @@ class SimSettings:
     decode_step_s_per_seq: float = 0.0
     prefill_s_per_token: float = 0.0
     max_model_len: int = 4096
+    # vLLM's way (no bound): a slow client's sequence decodes on; the simulator's own default
+    # (64) pauses it, which vLLM never does (trio_gateway.sim.config).
+    client_lead_tokens: int = 0
 
     def flags(self) -> list[str]:
         return [
+            "--client-lead-tokens",
+            str(self.client_lead_tokens),
             "--served-model-name",
             SERVED_MODEL,
             "--max-num-seqs",

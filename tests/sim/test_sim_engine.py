@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
 import trio.testing
 
 from trio_gateway.sim import SimConfig, SimEngine
-from trio_gateway.sim.engine import TOKEN_BUFFER, SimSequence
+from trio_gateway.sim.engine import SimSequence
 from trio_gateway.sim.sched import Emitted, Scheduler, SeqSpec
 
 CONFIG = SimConfig(
@@ -216,8 +217,30 @@ async def test_a_slow_reader_stalls_only_its_own_sequence(
         ):
             assert len(await drain(reader)) == 200
             # The unread sequence filled its channel, then stopped advancing.
-            assert engine.stats().tokens_generated == 200 + TOKEN_BUFFER
+            assert engine.stats().tokens_generated == 200 + CONFIG.client_lead_tokens == 264
             assert len(await drain(stalled)) == 500
+        nursery.cancel_scope.cancel()
+
+
+async def test_without_a_lead_an_unread_sequence_decodes_on_as_in_vllm(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    engine = SimEngine(attrs.evolve(CONFIG, client_lead_tokens=0))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(engine.run)
+        with (
+            engine.sequence(
+                prompt_tokens=10, block_hashes=(), n_tokens=500, delays={}, finish_reason="stop"
+            ) as unread,
+            engine.sequence(
+                prompt_tokens=10, block_hashes=(), n_tokens=200, delays={}, finish_reason="stop"
+            ) as reader,
+        ):
+            assert len(await drain(reader)) == 200
+            assert engine.stats().tokens_generated == 400  # in step: nobody waited for a reader
+            await trio.sleep(10)
+            assert engine.stats().tokens_generated == 700  # all of it, read or not
+            assert [index for index, _ in await drain(unread)] == list(range(500))
         nursery.cancel_scope.cancel()
 
 

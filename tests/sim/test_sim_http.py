@@ -11,7 +11,6 @@ import pytest
 import trio
 
 from trio_gateway.sim import SimConfig, serve_sim
-from trio_gateway.sim.engine import TOKEN_BUFFER
 
 from .conftest import StartSim
 from .helpers import fixture_request, misc_errors, sse_payloads
@@ -309,7 +308,7 @@ async def test_scripted_drops(start_sim: StartSim, client: httpx.AsyncClient) ->
     # More tokens after the drop than the engine may run ahead of its writer (TOKEN_BUFFER):
     # the sequence can never finish before the handler drops it, so both are aborts, whatever
     # the machine's speed. (With a short tail the engine sometimes finished it first.)
-    tail = {"text_tokens": 4 * TOKEN_BUFFER}
+    tail = {"text_tokens": 4 * SimConfig().client_lead_tokens}
     messages = scripted({"text": "one two three"}, {"drop": True}, tail)
     received: list[str] = []
     with pytest.raises(httpx.RemoteProtocolError):

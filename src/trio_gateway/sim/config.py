@@ -70,6 +70,11 @@ class SimConfig:
     # --enable-prompt-tokens-details: usage reports the prompt tokens the prefix cache served,
     # as `prompt_tokens_details.cached_tokens` (always on in the openai dialect).
     enable_prompt_tokens_details: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    # Tokens a sequence may run ahead of its client before the engine stops decoding it (the
+    # sequence then waits out of the batch until its writer catches up). 0: no bound, vLLM's
+    # way: its output collector merges what a slow client has not taken yet, and the engine
+    # decodes on, so a slow client costs its full generation until it is dropped.
+    client_lead_tokens: int = attrs.field(default=64, validator=_non_negative_int)
     # Real vLLM aborts a request whose client left. False simulates a server that cannot see
     # the disconnect (keeps generating for nobody), to measure what that costs.
     abort_on_disconnect: bool = attrs.field(default=True, validator=v.instance_of(bool))

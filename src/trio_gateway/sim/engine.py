@@ -2,13 +2,16 @@
 bounded channel per sequence through which token indexes reach the HTTP handler.
 
 A sequence whose channel is full (its client reads slower than the engine writes) sits out the
-next steps: it keeps its slot but does not advance, so nothing ever buffers without bound.
+next steps: it keeps its slot but does not advance (``client_lead_tokens``). With no lead (0),
+vLLM's way, a sequence decodes on whatever its client takes, and its channel holds at most its
+own tokens' indexes.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -21,8 +24,6 @@ from .sched import Scheduler, SeqSpec
 
 __all__ = ["SimEngine", "SimSequence", "SimStats"]
 
-# Tokens a sequence may run ahead of its HTTP writer before the engine stops advancing it.
-TOKEN_BUFFER = 64
 # Request bodies (and headers) remembered for tests that check what the gateway sent.
 RECORDED_REQUESTS = 16
 # Distinct fault scripts whose `times` budget is tracked; the oldest are forgotten.
@@ -89,6 +90,7 @@ class SimSequence:
 class SimEngine:
     def __init__(self, config: SimConfig) -> None:
         self._config = config
+        self._lead = config.client_lead_tokens
         self._sched = Scheduler(config)
         self._ids = itertools.count(1)
         self._senders: dict[int, trio.MemorySendChannel[int]] = {}
@@ -203,7 +205,8 @@ class SimEngine:
         """Queue a sequence; leaving the block removes it from the engine if still there (the
         abort vLLM does when a client goes away)."""
         seq_id = next(self._ids)
-        send, receive = trio.open_memory_channel[int](TOKEN_BUFFER)
+        # Unbounded without a lead: a sequence's tokens, at most its n_tokens.
+        send, receive = trio.open_memory_channel[int](self._lead or math.inf)
         spec = SeqSpec(
             seq_id=seq_id,
             prompt_tokens=prompt_tokens,
@@ -238,10 +241,13 @@ class SimEngine:
     # ---- the loop ----
 
     def _blocked(self) -> set[int]:
+        lead = self._lead
+        if not lead:
+            return set()
         return {
             seq_id
             for seq_id, send in self._senders.items()
-            if send.statistics().current_buffer_used >= TOKEN_BUFFER
+            if send.statistics().current_buffer_used >= lead
         }
 
     async def run(
