@@ -35,7 +35,7 @@ import attrs
 import httpx
 import trio
 
-from bench.processes import PYTHON, Child, ProcessFailed, _stop, _wait_ready, free_port
+from bench.processes import PYTHON, Child, ProcessFailed, _wait_ready, free_port, stop_all
 from bench.procstat import Sampler, connections, loadavg, raise_nofile_limit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,8 +238,7 @@ def stack(
                 is_sim=sim is not None,
             )
         finally:
-            for child, _ in reversed(children):
-                _stop(child)
+            stop_all([child for child, _ in reversed(children)])
 
 
 def sim_stats(sim_url: str) -> dict[str, Any]:

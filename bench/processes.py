@@ -124,16 +124,27 @@ def _wait_ready(child: Child, url: str, timeout_s: float) -> None:
 
 
 def _stop(child: Child) -> None:
-    process = child.process
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
+    stop_all([child])
+
+
+def stop_all(children: Sequence[Child]) -> None:
+    """SIGTERM to every child at once, then SIGKILL to those still running after
+    ``STOP_TIMEOUT_S``: a stack of processes, each draining its own connections, stops in the
+    time of the slowest, not of all of them one after another."""
+    for child in children:
+        if child.process.poll() is None:
+            child.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for child in children:
+        process = child.process
         try:
-            process.wait(timeout=STOP_TIMEOUT_S)
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             child.killed = True
+            print(f"{child.name}: SIGKILL, {STOP_TIMEOUT_S:g} s after SIGTERM", file=sys.stderr)
             process.kill()
             process.wait(timeout=KILL_TIMEOUT_S)
-    child.exit_code = process.returncode
+        child.exit_code = process.returncode
 
 
 @contextlib.contextmanager
