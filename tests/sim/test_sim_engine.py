@@ -201,31 +201,19 @@ async def test_leaving_the_block_aborts_and_frees_the_slot(
         nursery.cancel_scope.cancel()
 
 
-async def test_a_slow_reader_stalls_only_its_own_sequence(
-    autojump_clock: trio.testing.MockClock,
+@pytest.mark.parametrize(
+    ("lead", "when_read", "later"),
+    [
+        # The unread sequence fills its channel, then sits out the steps, however long.
+        (64, 200 + 64, 200 + 64),
+        # vLLM's way: it decodes in step with the other, and on to its end, read or not.
+        (0, 400, 700),
+    ],
+)
+async def test_a_slow_reader_holds_back_only_its_own_sequence_and_only_with_a_lead(
+    autojump_clock: trio.testing.MockClock, lead: int, when_read: int, later: int
 ) -> None:
-    engine = SimEngine(CONFIG)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(engine.run)
-        with (
-            engine.sequence(
-                prompt_tokens=10, block_hashes=(), n_tokens=500, delays={}, finish_reason="stop"
-            ) as stalled,
-            engine.sequence(
-                prompt_tokens=10, block_hashes=(), n_tokens=200, delays={}, finish_reason="stop"
-            ) as reader,
-        ):
-            assert len(await drain(reader)) == 200
-            # The unread sequence filled its channel, then stopped advancing.
-            assert engine.stats().tokens_generated == 200 + CONFIG.client_lead_tokens == 264
-            assert len(await drain(stalled)) == 500
-        nursery.cancel_scope.cancel()
-
-
-async def test_without_a_lead_an_unread_sequence_decodes_on_as_in_vllm(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    engine = SimEngine(attrs.evolve(CONFIG, client_lead_tokens=0))
+    engine = SimEngine(attrs.evolve(CONFIG, client_lead_tokens=lead))
     async with trio.open_nursery() as nursery:
         await nursery.start(engine.run)
         with (
@@ -237,9 +225,9 @@ async def test_without_a_lead_an_unread_sequence_decodes_on_as_in_vllm(
             ) as reader,
         ):
             assert len(await drain(reader)) == 200
-            assert engine.stats().tokens_generated == 400  # in step: nobody waited for a reader
-            await trio.sleep(10)
-            assert engine.stats().tokens_generated == 700  # all of it, read or not
+            assert engine.stats().tokens_generated == when_read
+            await trio.sleep(10)  # 300 steps' worth of the model's time, twice over
+            assert engine.stats().tokens_generated == later
             assert [index for index, _ in await drain(unread)] == list(range(500))
         nursery.cancel_scope.cancel()
 
