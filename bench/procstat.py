@@ -189,7 +189,9 @@ def connections(pid: int, listen_port: int, upstream_port: int) -> dict[str, int
     """The process's open TCP sockets by role: ``clients`` (accepted on ``listen_port``),
     ``clients_close_wait`` (of those, closed by the client but not yet by the process),
     ``upstream`` (to ``upstream_port``: a pool's keep-alive connections stay open by design),
-    ``other``; None when the process is gone."""
+    ``other``; and ``fds``, all its descriptors, from the same listing (a count compared with
+    the roles must be of the same moment: a pool closing idle connections between two looks
+    made a leak count negative); None when the process is gone."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
@@ -201,7 +203,7 @@ def connections(pid: int, listen_port: int, upstream_port: int) -> dict[str, int
             links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
     inodes = [int(link[8:-1]) for link in links if link.startswith("socket:[")]
     table = _tcp_table(pid)
-    counts = {"clients": 0, "clients_close_wait": 0, "upstream": 0, "other": 0}
+    counts = {"clients": 0, "clients_close_wait": 0, "upstream": 0, "other": 0, "fds": len(fds)}
     for inode in inodes:
         entry = table.get(inode)
         if entry is None:

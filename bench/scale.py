@@ -219,8 +219,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             if p
             else "-"
         )
-        fds = f"{p['fds_before']} / {p['fds_after']}" if p else "-"
-        conns = r["connections_after"]
+        conns, conns_before = r["connections_after"], r["connections_before"]
+        fds = f"{conns_before['fds']} / {conns['fds']}" if conns and conns_before else "-"
         held = f"{conns['clients']} / {conns['upstream']}" if conns else "-"
         abort = (
             fmt(r["cancel_to_abort_ms"], 0) if r["cancel_to_abort_ms"] is not None else "no abort"
@@ -248,13 +248,14 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     gw = next((r for r in rows if r["mode"] == "gateway"), None)
     if gw is None:
         return []
-    p, before, after = gw["process"], gw["connections_before"], gw["connections_after"]
+    before, after = gw["connections_before"], gw["connections_after"]
     # Descriptors beyond the baseline once the load closed every connection, not counting the
     # upstream pool's keep-alive connections (kept open by design, bounded by the pool size;
-    # reported in the table beside it).
+    # reported in the table beside it). Each side from one listing of the process's
+    # descriptors: the pool may be closing idle connections meanwhile.
     leaked = None
-    if p and p["fds_after"] is not None and before and after:
-        leaked = p["fds_after"] - p["fds_before"] - (after["upstream"] - before["upstream"])
+    if before and after:
+        leaked = (after["fds"] - after["upstream"]) - (before["fds"] - before["upstream"])
     kib = gw["kib_per_open_stream"]
     ms = gw["cancel_to_abort_ms"]
     return [
