@@ -4,6 +4,7 @@ needs; the stall periods are short, so these run on the real clock."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 from collections.abc import AsyncIterator
@@ -198,23 +199,38 @@ async def test_wait_room_returns_at_once_with_room_and_stalls_without() -> None:
         assert trio.current_time() - started >= STALL_S
 
 
-async def test_a_stalled_client_leaves_little_unsent_in_the_kernel() -> None:
+STALLED_AT_ONCE = 50
+
+
+async def test_stalled_clients_at_once_each_leave_little_unsent_in_the_kernel() -> None:
     # trio keeps up to 16 KiB unsent on its sockets (TCP_NOTSENT_LOWAT); a streamed answer
-    # keeps 4 KiB: what a client that stops reading has not taken is that much less.
+    # keeps 4 KiB: what a client that stops reading has not taken is that much less. Fifty
+    # answers written at once, every one bounded (the setting is per socket; the kernel's
+    # memory is shared).
     if not hasattr(socket, "TCP_NOTSENT_LOWAT"):
         pytest.skip("the platform has no TCP_NOTSENT_LOWAT")
-    async with pair(rcvbuf=4096) as (server, _client):
-        writer = body(server, chunked=False)
-        assert (
-            server.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT)
-            == CLIENT_NOTSENT_LOWAT_BYTES
-        )
-        with trio.move_on_after(STALL_S / 2):
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [
+            (await stack.enter_async_context(pair(rcvbuf=4096)))[0] for _ in range(STALLED_AT_ONCE)
+        ]
+        writers = [body(server, chunked=False) for server in servers]
+        for server in servers:
+            assert (
+                server.getsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT)
+                == CLIENT_NOTSENT_LOWAT_BYTES
+            )
+
+        async def flood(writer: DirectBody) -> None:
             while True:
                 await writer.write(b"x" * 200)
                 await trio.lowlevel.checkpoint()
+
+        with trio.move_on_after(STALL_S / 2):
+            async with trio.open_nursery() as nursery:
+                for writer in writers:
+                    nursery.start_soon(flood, writer)
         # The client's window (its 4 KiB buffer, doubled by the kernel) and the 4 KiB unsent;
-        # with trio's 16 KiB, about 24 KiB.
-        unacked = unacked_bytes(server.socket.fileno())
-        assert unacked is not None
-        assert unacked < 14 * 1024, unacked
+        # with trio's 16 KiB, about 24 KiB each.
+        assert all(writer.debt_s > 0 for writer in writers)  # each one's kernel said "full"
+        unacked = [unacked_bytes(server.socket.fileno()) for server in servers]
+        assert all(n is not None and n < 14 * 1024 for n in unacked), unacked
