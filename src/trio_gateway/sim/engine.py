@@ -90,7 +90,6 @@ class SimSequence:
 class SimEngine:
     def __init__(self, config: SimConfig) -> None:
         self._config = config
-        self._lead = config.client_lead_tokens
         self._sched = Scheduler(config)
         self._ids = itertools.count(1)
         self._senders: dict[int, trio.MemorySendChannel[int]] = {}
@@ -206,7 +205,7 @@ class SimEngine:
         abort vLLM does when a client goes away)."""
         seq_id = next(self._ids)
         # Unbounded without a lead: a sequence's tokens, at most its n_tokens.
-        send, receive = trio.open_memory_channel[int](self._lead or math.inf)
+        send, receive = trio.open_memory_channel[int](self._config.client_lead_tokens or math.inf)
         spec = SeqSpec(
             seq_id=seq_id,
             prompt_tokens=prompt_tokens,
@@ -241,7 +240,7 @@ class SimEngine:
     # ---- the loop ----
 
     def _blocked(self) -> set[int]:
-        lead = self._lead
+        lead = self._config.client_lead_tokens
         if not lead:
             return set()
         return {
