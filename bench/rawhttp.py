@@ -202,6 +202,7 @@ class StreamResult:
     tokens: int = 0  # content chunks
     events: int = 0  # SSE data events, [DONE] included: the chunks relayed
     gaps_s: list[float] = attrs.Factory(list)  # between consecutive content chunks
+    gap_ends: list[float] = attrs.Factory(list)  # time.monotonic() at the end of each gap
     finish_reason: str | None = None
     done: bool = False  # saw data: [DONE]
     left_at: float | None = None  # time.monotonic() when this client closed on purpose
@@ -261,6 +262,7 @@ async def stream_chat(
                         else:
                             assert last is not None
                             result.gaps_s.append(now - last)
+                            result.gap_ends.append(now)
                         last = now
                         result.tokens += 1
                     if choice.get("finish_reason"):

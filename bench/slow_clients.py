@@ -169,6 +169,8 @@ def run_mode(st: Stack, mode: str, cfg: Config) -> dict[str, Any]:
         "sim_stats": harness.sim_stats(st.sim_url),
         "baseline_gaps_s": [g for r in baseline for g in r.gaps_s],
         "mixed_gaps_s": [g for r in mixed for g in r.gaps_s],
+        # When each gap ended, from the slow clients' start: where in the phase the tail is.
+        "mixed_gap_ends_s": [t - t0 for r in mixed for t in r.gap_ends],
     }
 
 
