@@ -97,8 +97,8 @@ def parse_args(argv: Sequence[str]) -> BenchConfig:
     p.add_argument("--leave-fraction", type=float, default=0.4)
     p.add_argument("--leave-after", type=int, default=100, help="content tokens, then close")
     p.add_argument("--max-num-seqs", type=int, default=32, help="the simulator's batch size")
-    p.add_argument("--decode-step-s", type=float, default=0.006)
-    p.add_argument("--decode-step-s-per-seq", type=float, default=0.00025)
+    p.add_argument("--decode-step-s", type=float, default=0.004)
+    p.add_argument("--decode-step-s-per-seq", type=float, default=0.00016)
     p.add_argument("--prefill-s-per-token", type=float, default=0.00002)
     p.add_argument("--modes", type=_modes, default=MODES, help="comma-separated")
     p.add_argument(
