@@ -2,10 +2,11 @@
 
 Each scenario runs in its own process (``python -m bench.<name>``), so one scenario's memory
 and raised limits never carry into the next. To keep the suite within its time budget (well
-under 10 minutes on 2 cores) the cancellation scenario runs with one gateway (``--max-inflight
-32``, equal to the simulator's batch; ``python -m bench.cancellation`` alone also runs
-``max_inflight = 28``), and the scale scenario cuts each mode at 60 s, not 120 (its direct and
-gateway modes take about 40 s; the naive proxy completes none either way). The fleet routing
+under 10 minutes on 2 cores; about 8 measured) the cancellation scenario runs with one
+gateway (``--max-inflight 32``, equal to the simulator's batch; ``python -m
+bench.cancellation`` alone also runs ``max_inflight = 28``), and the scale scenario cuts each
+mode at 60 s, not 120 (its direct and gateway modes take about 40 s; the naive proxy completes
+none either way). The fleet routing
 study (F, issue 13: about 6 minutes of its own) is ``--only fleet`` or ``make bench-fleet``.
 
     .venv/bin/python -m bench.suite [--only overhead,scale] [--smoke] [--no-plots]
