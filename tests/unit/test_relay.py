@@ -99,6 +99,13 @@ class Records:
         return True
 
 
+def recorded(handler: Handler) -> tuple[Router, Records]:
+    """A router whose usage records are kept."""
+    gateway = router(handler)
+    gateway.usage = records = Records()
+    return gateway, records
+
+
 @attrs.define
 class Settlements:
     calls: list[tuple[Admission | None, UsageRecord, ProviderConfig | None]] = attrs.field(
@@ -270,17 +277,13 @@ async def test_the_record_is_offered_and_the_hold_settled_at_the_answering_provi
 
 
 async def test_without_a_request_id_the_record_has_none(autojump_clock: trio.abc.Clock) -> None:
-    gateway = router(fast_stream)
-    records = Records()
-    gateway.usage = records
+    gateway, records = recorded(fast_stream)
     await run(gateway, Collect())
     assert [r.request_id for r in records.records] == [""]
 
 
 async def test_a_cut_stream_is_billed_from_the_meter(autojump_clock: trio.abc.Clock) -> None:
-    gateway = router(bursts)
-    records = Records()
-    gateway.usage = records
+    gateway, records = recorded(bursts)
 
     async def leave_after_two_bursts(batch: list[Item]) -> None:
         if texts(sink.items) >= 2 * BURST:
@@ -296,10 +299,8 @@ async def test_a_cut_stream_is_billed_from_the_meter(autojump_clock: trio.abc.Cl
 
 
 async def test_cancelled_from_outside_is_a_shutdown(autojump_clock: trio.abc.Clock) -> None:
-    gateway = router(fast_stream)
+    gateway, records = recorded(fast_stream)
     outcomes: list[Outcome] = []
-    records = Records()
-    gateway.usage = records
 
     async def forever(batch: list[Item]) -> None:
         await trio.sleep_forever()
@@ -338,9 +339,7 @@ async def test_the_record_starts_when_the_request_did(
     # relay's own view of the wall clock follows the virtual one; the answer takes 5 s.
     wall = types.SimpleNamespace(time=lambda: 1000.0 + trio.current_time())
     monkeypatch.setattr("trio_gateway.relay.time", wall)
-    gateway = router(bursts)
-    records = Records()
-    gateway.usage = records
+    gateway, records = recorded(bursts)
     started = trio.current_time()
     await run(gateway, Collect())
     [record] = records.records
@@ -417,9 +416,7 @@ async def test_watchers_stop_when_the_answer_ends(autojump_clock: trio.abc.Clock
 async def test_an_answer_begun_releases_the_parsed_body_and_keeps_its_prompt_estimate(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    gateway = router(fast_stream)
-    records = Records()
-    gateway.usage = records
+    gateway, records = recorded(fast_stream)
     request = chat()
     messages = request.body["messages"]
     seen: list[dict[str, Any]] = []
@@ -451,9 +448,7 @@ async def test_a_server_stopping_around_a_watched_answer_records_a_shutdown(
 ) -> None:
     # Cancelled from outside, the request's nursery (there is a watcher) raises a group of
     # Cancelled: still a shutdown, in the record.
-    gateway = router(bursts)
-    records = Records()
-    gateway.usage = records
+    gateway, records = recorded(bursts)
     with trio.move_on_after(1.2):
         await run(gateway, Collect(), watch=[waits_forever])
     [record] = records.records
