@@ -396,6 +396,42 @@ async def test_an_answer_not_read_backs_up_to_its_upstream_within_a_bound() -> N
     assert sent - start < 256 * 1024, f"the upstream wrote {sent - start} bytes nobody read"
 
 
+HELD_BACK_PIECES = 256  # 4 MB of events
+
+
+async def test_an_answer_held_back_comes_at_full_speed_once_read_again() -> None:
+    """An answer the gateway stops reading (its client is slow) flows again at loopback speed
+    once read: the small receive buffer is set before the handshake, so the sender never sizes
+    its segments for a window larger than the one it is later offered. Set after it, the
+    sender's queued segments waited for window probes and 4 MB took tens of seconds."""
+    blocked = trio.Event()
+    event = b"data: " + b"x" * 16000 + b"\n\n"
+    piece = chunk(event)
+
+    async def flood(stream: trio.SocketStream, _: int) -> None:
+        await read_request(stream)
+        await stream.send_all(SSE_HEAD)
+        for _ in range(HELD_BACK_PIECES):
+            rest = memoryview(piece)
+            while rest:
+                # A send cancelled while it waits for room has sent nothing.
+                with trio.move_on_after(0.2) as late:
+                    rest = rest[await stream.socket.send(rest) :]
+                if late.cancelled_caught:
+                    blocked.set()
+        await stream.send_all(b"0\r\n\r\n")
+
+    async with server(flood) as (url, _):
+        response = await pool().post(url, {}, b"{}")
+        with trio.fail_after(10):
+            await blocked.wait()  # the gateway read nothing: the upstream's writes wait
+        received = 0
+        with trio.fail_after(10):  # at loopback speed well under a second
+            while parts := await response.receive():
+                received += sum(map(len, parts))
+    assert received == HELD_BACK_PIECES * len(event)
+
+
 async def test_expiry_closes_every_idle_connection_of_every_origin_and_counts_them() -> None:
     """Two idle connections on each of two origins, all past their expiry: all four closed,
     counted across origins."""

@@ -38,6 +38,7 @@ from trio_gateway.providers.h1 import (
     ResponseHead,
     body_reader,
 )
+from trio_gateway.providers.tcp_dial import open_tcp_stream
 
 # One read of a stream's body, at most. A stream whose client is slow holds one read and its
 # rendered chunks while it waits for room (the upstream keeps sending meanwhile, so the next read
@@ -49,7 +50,8 @@ READ_BYTES = 16384
 # client stalled grew to about a MiB (up to tcp_rmem's maximum), a simulator whose writes never
 # blocked generated every token of 200 stalled answers, and the other streams paid for it
 # (docs/benchmarks.md, scenario E). The kernel doubles it (32 KiB, about half of it window): at
-# a 100 ms round trip, 160 KB/s, several times the fastest token stream.
+# a 100 ms round trip, 160 KB/s, several times the fastest token stream. Set before the
+# handshake (tcp_dial.py): set after it, a loopback answer held back once crawled ever after.
 UPSTREAM_RCVBUF_BYTES = 16384
 
 
@@ -186,8 +188,7 @@ class H1Pool:
         return True
 
     async def _open(self, origin: Origin) -> trio.abc.Stream:
-        tcp = await trio.open_tcp_stream(origin.host, origin.port)
-        tcp.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UPSTREAM_RCVBUF_BYTES)
+        tcp = await open_tcp_stream(origin.host, origin.port, rcvbuf_bytes=UPSTREAM_RCVBUF_BYTES)
         stream: trio.abc.Stream = tcp
         if origin.scheme == "https":
             if self._ssl is None:

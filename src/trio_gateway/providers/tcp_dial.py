@@ -1,0 +1,76 @@
+"""Dialling an upstream with its receive buffer set before the handshake.
+
+``trio.open_tcp_stream`` gives no hook between creating a socket and connecting it, and a
+receive buffer set after the handshake is too late on loopback: the SYN has already advertised
+a window sized for the default buffer, the sender sizes its segments to half the largest window
+it has seen (Linux's ``tcp_bound_to_half_wnd``), and once the smaller buffer is full those
+segments no longer fit the window it offers. The sender is then left to window probes, and an
+answer held back once (its client was slow) came at 40 to 140 KB/s for the rest of its life
+(docs/benchmarks.md). Set before ``connect``, the small window is the only one the sender ever
+sees. The rest is what ``open_tcp_stream`` does: every address the name resolves to, one family
+then the other, a new attempt every ``HAPPY_EYEBALLS_DELAY_S`` or as soon as one fails, the
+first to connect wins (RFC 8305, as trio does it).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+
+HAPPY_EYEBALLS_DELAY_S = 0.25  # trio's and RFC 8305's
+
+AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]
+
+
+def attempt_order(infos: Sequence[AddrInfo]) -> list[AddrInfo]:
+    """The resolver's order, but with the first address of the other family second, so one
+    broken family costs one delay, not one per address (RFC 6555 section 5.4)."""
+    if not infos:
+        return []
+    first = infos[0]
+    other = next((i for i, info in enumerate(infos) if info[0] != first[0]), None)
+    if other is None:
+        return list(infos)
+    return [first, infos[other], *infos[1:other], *infos[other + 1 :]]
+
+
+async def open_tcp_stream(host: str, port: int, *, rcvbuf_bytes: int) -> trio.SocketStream:
+    """A connected stream to ``host:port`` whose ``SO_RCVBUF`` was set before its SYN. Raises
+    ``OSError`` when no address connects; the caller bounds the whole dial with its timeout."""
+    targets = attempt_order(await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+    if not targets:
+        raise OSError(f"no address for {host!r}")
+    connected: list[trio.socket.SocketType] = []
+    errors: list[OSError] = []
+
+    async def attempt(target: AddrInfo, failed: trio.Event, won: trio.CancelScope) -> None:
+        family, kind, proto, _, address = target
+        sock = trio.socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf_bytes)
+            await sock.connect(address)  # closes the socket itself when cancelled
+        except OSError as exc:
+            sock.close()
+            errors.append(exc)
+            failed.set()
+            return
+        connected.append(sock)
+        won.cancel()
+
+    async with trio.open_nursery() as nursery:
+        for target in targets:
+            failed = trio.Event()
+            nursery.start_soon(attempt, target, failed, nursery.cancel_scope)
+            with trio.move_on_after(HAPPY_EYEBALLS_DELAY_S):
+                await failed.wait()
+    if not connected:
+        if len(errors) == 1:
+            raise errors[0]
+        raise OSError(f"all attempts to connect to {host}:{port} failed: {errors[-1]}")
+    # Two attempts can both connect before the first one's cancel lands: keep the first.
+    for extra in connected[1:]:
+        extra.close()
+    return trio.SocketStream(connected[0])
