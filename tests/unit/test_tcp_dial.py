@@ -125,6 +125,37 @@ async def test_the_receive_buffer_is_set_before_the_handshake() -> None:
             await stream.aclose()
 
 
+DIALS_AT_ONCE = 64
+
+
+async def test_many_dials_at_once_each_get_the_small_window_from_the_start() -> None:
+    """The buffer belongs to each attempt's own socket, not to anything shared between dials
+    in flight together: every one of 64 concurrent connections offered the small window in
+    its SYN."""
+    streams: list[trio.SocketStream] = []
+    with listening(backlog=DIALS_AT_ONCE * 2) as sock, resolving(sock.getsockname()[1]):
+
+        async def dial() -> None:
+            streams.append(await open_tcp_stream("upstream", 1, rcvbuf_bytes=16384))
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                for _ in range(DIALS_AT_ONCE):
+                    nursery.start_soon(dial)
+        servers = [sock.accept()[0] for _ in range(DIALS_AT_ONCE)]
+        try:
+            assert len(streams) == DIALS_AT_ONCE
+            clamps = {s.getsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP) for s in streams}
+            assert max(clamps) <= 16384
+            segments = {s.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG) for s in servers}
+            assert max(segments) <= 16384 // 2
+        finally:
+            for server in servers:
+                server.close()
+            for stream in streams:
+                await stream.aclose()
+
+
 async def test_an_address_that_does_not_answer_costs_one_delay(
     autojump_clock: trio.abc.Clock,
 ) -> None:
