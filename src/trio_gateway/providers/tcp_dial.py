@@ -60,12 +60,18 @@ async def open_tcp_stream(host: str, port: int, *, rcvbuf_bytes: int) -> trio.So
         connected.append(sock)
         won.cancel()
 
-    async with trio.open_nursery() as nursery:
-        for target in targets:
-            failed = trio.Event()
-            nursery.start_soon(attempt, target, failed, nursery.cancel_scope)
-            with trio.move_on_after(HAPPY_EYEBALLS_DELAY_S):
-                await failed.wait()
+    try:
+        async with trio.open_nursery() as nursery:
+            for target in targets:
+                failed = trio.Event()
+                nursery.start_soon(attempt, target, failed, nursery.cancel_scope)
+                with trio.move_on_after(HAPPY_EYEBALLS_DELAY_S):
+                    await failed.wait()
+    except BaseException:
+        # The caller's deadline can land after an attempt connected: nobody will use it.
+        for sock in connected:
+            sock.close()
+        raise
     if not connected:
         if len(errors) == 1:
             raise errors[0]
