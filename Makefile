@@ -121,7 +121,7 @@ $(MUTATION_STAMP): $(STAMP) pyproject.toml
 MUTMUT_RUN = PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.mutation.mutmut_main run \
 	--max-children $(or $(MUTATION_JOBS),2)
 MUTATION_CORE = trio_gateway.pipeline. trio_gateway.relay. trio_gateway.request. \
-	trio_gateway.toolcalls. trio_gateway.sse. trio_gateway.chunked. trio_gateway.upstream_errors. \
+	trio_gateway.toolcalls. trio_gateway.sse. trio_gateway.http1. trio_gateway.upstream_errors. \
 	trio_gateway.fronts.openai_chunks. trio_gateway.health. trio_gateway.replica_policy. \
 	trio_gateway.toolcall_stop.
 MUTATION_PROVIDERS = trio_gateway.providers.

@@ -6,7 +6,7 @@ request body and answers a fixed ``chat.completion`` of the gateway's size: what
 costs before the gateway does anything. ``--server hypercorn`` serves it with hypercorn's own
 serve loop instead (the front the gateway had before its own; kept to show what it cost).
 ``--upstream`` adds the upstream exchange on the gateway's own lean HTTP/1.1 client
-(``providers/h1_client.py``), its answer read whole and dropped: the floor of a pass-through on
+(``http1/client.py``), its answer read whole and dropped: the floor of a pass-through on
 the gateway's stack. ``bench/request_instructions.py --floor`` counts each.
 
     python -m bench.server_floor --listen 127.0.0.1:8080 [--server hypercorn]
@@ -24,8 +24,8 @@ from typing import Any
 import trio
 
 from trio_gateway.fronts.http import read_body
+from trio_gateway.http1.client import H1Pool
 from trio_gateway.listen import Connections, serve_asgi
-from trio_gateway.providers.h1_client import H1Pool
 from trio_gateway.server import hypercorn_config, listening_sockets
 
 # What the gateway answers scenario A's request (its size and headers; the values do not matter).
@@ -124,6 +124,9 @@ async def serve(listen: str, upstream: str | None, server: str) -> None:
                         Connections(),
                         shutdown_trigger=trigger,
                         write_timeout_s=30.0,
+                        head_timeout_s=30.0,
+                        body_timeout_s=60.0,
+                        max_body_bytes=4 * 1024 * 1024,
                     )
                 )
             async for _ in signals:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import trio
 
-from trio_gateway.providers.h1_client import Origin
+from trio_gateway.http1.client import Origin
 
 Handler = Callable[[httpx.Request], Coroutine[None, None, httpx.Response]]
 

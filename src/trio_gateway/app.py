@@ -25,7 +25,6 @@ from trio_gateway.fronts.auth import http_key
 from trio_gateway.fronts.chat import handle_chat
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.events_sse import handle_events
-from trio_gateway.fronts.h1_serve import HANG_UP_EXTENSION
 from trio_gateway.fronts.http import (
     ClientGone,
     Receive,
@@ -37,6 +36,7 @@ from trio_gateway.fronts.http import (
 )
 from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.health import HealthSnapshot
+from trio_gateway.http1.server import HANG_UP_EXTENSION
 from trio_gateway.listen import Connections
 from trio_gateway.metrics import CONTENT_TYPE
 from trio_gateway.pipeline import Router
@@ -116,6 +116,20 @@ class GatewayApp:
                 self.router.metrics.http_request(
                     _route_label(scope["path"]), str(context.status or 0)
                 )
+
+    def refused_by_server(self, status: int, code: str) -> None:
+        """A request the HTTP/1.x server answered itself (malformed, too large, too slow): its
+        access line and its count, as for any other. Its route is unknown ("-")."""
+        context = RequestContext(
+            request_id=new_request_id(),
+            route="-",
+            trace=trace_for(None, None),
+            status=status,
+            outcome="refused",
+            code=code,
+        )
+        log_access(context, 0.0)
+        self.router.metrics.http_request("other", str(status))
 
     async def _not_http(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

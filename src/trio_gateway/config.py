@@ -65,6 +65,11 @@ class ServerConfig:
     # No longer used: answers go to the client as they come (server.warn_unused_keys says so).
     stream_buffer_events: int = 64
     client_stall_timeout_s: float = 30.0
+    # A request's head must be whole this long after the connection opened (or, on a kept-alive
+    # connection, after its first byte came); its body this long after the gateway began to
+    # read it (docs/architecture.md, "The HTTP/1.x edge").
+    head_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
     drain_timeout_s: float = 30.0
     # Processes serving one listening socket, each a whole gateway (docs/deployment.md).
     # Without [redis], each takes max_inflight // workers of every provider's slots.

@@ -154,7 +154,7 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
     for key in ("max_body_bytes", "stream_buffer_events"):
         if getattr(config.server, key) < 1:
             problems.append(f"server.{key}: must be at least 1")
-    for key in ("client_stall_timeout_s", "drain_timeout_s"):
+    for key in ("client_stall_timeout_s", "head_timeout_s", "body_timeout_s", "drain_timeout_s"):
         if getattr(config.server, key) <= 0:
             problems.append(f"server.{key}: must be greater than 0")
     for key in (

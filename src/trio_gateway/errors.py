@@ -14,6 +14,8 @@ occur, never further in.
     │   ├── ContextLengthExceeded       400 context_length_exceeded
     │   ├── CapabilityUnavailable       400 capability_unavailable
     │   ├── BodyTooLarge                413 body_too_large
+    │   ├── MalformedHttp               400 malformed_http (a body's framing; http1/)
+    │   ├── RequestTimeout              408 request_timeout (a body too slow to come)
     │   ├── ModelNotFound               404 model_not_found (unknown alias)
     │   ├── RouteNotFound               404 not_found
     │   ├── MethodNotAllowed            405 method_not_allowed
@@ -125,6 +127,18 @@ class CapabilityUnavailable(RequestError):
 class BodyTooLarge(RequestError):
     code = "body_too_large"
     status = 413
+
+
+class MalformedHttp(RequestError):
+    """A request body the HTTP/1.x server could not frame: its connection closes after the
+    answer. A malformed head never reaches the app: the server answers it (http1/server.py)."""
+
+    code = "malformed_http"
+
+
+class RequestTimeout(RequestError):
+    code = "request_timeout"
+    status = 408
 
 
 class ModelNotFound(RequestError):

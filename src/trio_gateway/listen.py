@@ -30,7 +30,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState, Framework
 from hypercorn.utils import repr_socket_addr, wrap_app
 
-from trio_gateway.fronts.h1_serve import H1Server
+from trio_gateway.http1.server import H1Server, OnRefused
 
 log = logging.getLogger("trio_gateway")
 
@@ -131,12 +131,16 @@ async def serve_asgi(
     *,
     shutdown_trigger: Callable[[], Awaitable[None]],
     write_timeout_s: float,
+    head_timeout_s: float,
+    body_timeout_s: float,
+    max_body_bytes: int,
+    on_refused: OnRefused | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the ASGI ``app`` on ``sockets`` until ``shutdown_trigger`` returns; then stop
     accepting and give open connections ``config.graceful_timeout``.
 
-    HTTP/1.x is the gateway's own server (``fronts/h1_serve.py``); a WebSocket upgrade, h2c and
+    HTTP/1.x is the gateway's own server (``http1/server.py``); a WebSocket upgrade, h2c and
     HTTP/2 are handed to hypercorn's, with hypercorn's ``config`` (its keep-alive timeout is
     the other's too)."""
     context = WorkerContext(None)
@@ -144,7 +148,11 @@ async def serve_asgi(
         app,
         hypercorn_hand_off(app, config, context),
         keep_alive_timeout_s=config.keep_alive_timeout,
+        head_timeout_s=head_timeout_s,
+        body_timeout_s=body_timeout_s,
         write_timeout_s=write_timeout_s,
+        max_body_bytes=max_body_bytes,
+        on_refused=on_refused,
     )
     listeners = []
     binds = []

@@ -312,6 +312,10 @@ async def _serve_gateway(
                     # A client that takes nothing for this long is not worth a connection; an
                     # answer's own stall deadline acts first (relay, fronts/direct.py).
                     write_timeout_s=config.server.client_stall_timeout_s + STALL_DROP_MARGIN_S,
+                    head_timeout_s=config.server.head_timeout_s,
+                    body_timeout_s=config.server.body_timeout_s,
+                    max_body_bytes=config.server.max_body_bytes,
+                    on_refused=app.refused_by_server,
                     task_status=task_status,
                 )
             finally:

@@ -17,8 +17,9 @@ import trio
 import trio.testing
 
 from tests.sockets import connected_pair
-from trio_gateway.fronts import h1_serve
-from trio_gateway.fronts.h1_serve import HANG_UP_EXTENSION, TICKS_PER_POLL, H1Server, HangUps
+from trio_gateway.http1 import hang_ups as h1_hang_ups
+from trio_gateway.http1.hang_ups import TICKS_PER_POLL, HangUps
+from trio_gateway.http1.server import HANG_UP_EXTENSION, H1Server
 
 Message = dict[str, Any]
 
@@ -89,12 +90,23 @@ async def serving(
     app: Any,
     *,
     keep_alive_timeout_s: float = 5.0,
+    head_timeout_s: float = 5.0,
+    body_timeout_s: float = 5.0,
+    max_body_bytes: int = 1 << 20,
     hand_off: Any = refuse_hand_off,
     fds: dict[Any, int] | None = None,
 ) -> AsyncIterator[tuple[H1Server, int]]:
     """``fds``, when given, gets each connection's descriptor by its client address (what the
     gateway's app finds through ``listen.Connections``)."""
-    server = H1Server(app, hand_off, keep_alive_timeout_s=keep_alive_timeout_s, write_timeout_s=5.0)
+    server = H1Server(
+        app,
+        hand_off,
+        keep_alive_timeout_s=keep_alive_timeout_s,
+        head_timeout_s=head_timeout_s,
+        body_timeout_s=body_timeout_s,
+        write_timeout_s=5.0,
+        max_body_bytes=max_body_bytes,
+    )
 
     async def serve(stream: trio.SocketStream) -> None:
         if fds is not None:
@@ -112,6 +124,7 @@ class Client:
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
         self.buffer = b""
+        self.answered_at = 0.0
 
     async def send(self, data: bytes) -> None:
         await self.stream.send_all(data)
@@ -241,7 +254,8 @@ async def test_http10_is_answered_and_closed_unless_it_asks_to_keep_alive() -> N
             b"Transfer-Encoding: chunked\r\n\r\n",
             b"400",
         ),
-        (b"POST / HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip\r\n\r\n", b"501"),
+        (b"POST / HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip\r\n\r\n", b"400"),
+        (b"POST / HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", b"501"),
         (b"GET / HTTP/1.1\r\nHost: gw\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
         (b"GET / HTTP/1.1\r\nHost: gw\r\nX: " + b"a" * 70_000, b"431"),  # never ends
     ],
@@ -259,11 +273,14 @@ async def test_a_request_the_server_refuses_gets_its_status_as_json_and_the_end(
         assert await c.closed()
 
 
-async def test_a_bad_chunk_in_a_body_ends_the_connection() -> None:
+async def test_a_bad_chunk_in_a_body_is_a_400_and_the_end() -> None:
     async with serving(echo) as (_, port), client(port) as c:
         await c.send(b"POST /x HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        line, headers, body = await c.response()
+        assert line.startswith(b"HTTP/1.1 400")
+        assert headers[b"connection"] == b"close"
+        assert json.loads(body)["error"]["code"] == "malformed_http"
         assert await c.closed()
-        assert c.buffer == b""
 
 
 async def test_an_app_that_fails_is_a_500_and_the_end() -> None:
@@ -293,13 +310,16 @@ async def test_an_answer_to_a_body_nobody_read_still_reaches_the_client() -> Non
         assert await c.closed()
 
 
-async def test_a_client_silent_mid_head_is_closed_at_the_keep_alive_timeout() -> None:
-    async with serving(echo, keep_alive_timeout_s=0.3) as (_, port), client(port) as c:
-        await c.send(b"GET / HTTP/1.1\r\nHo")
+async def test_a_client_silent_mid_head_gets_a_408_at_the_head_timeout() -> None:
+    async with serving(echo, head_timeout_s=0.3) as (_, port), client(port) as c:
         started = trio.current_time()
-        assert await c.closed()
+        await c.send(b"GET / HTTP/1.1\r\nHo")
+        line, headers, body = await c.response()
         assert 0.3 <= trio.current_time() - started < 2.0
-        assert c.buffer == b""
+        assert line.startswith(b"HTTP/1.1 408")
+        assert headers[b"connection"] == b"close"
+        assert json.loads(body)["error"]["code"] == "request_timeout"
+        assert await c.closed()
 
 
 async def test_an_idle_keep_alive_connection_is_closed_at_its_timeout() -> None:
@@ -404,14 +424,16 @@ async def test_http2_prior_knowledge_is_handed_on() -> None:
 async def test_a_failure_of_the_server_itself_ends_that_connection_only(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from trio_gateway.fronts.h1_parse import parse_request_head as real
+    from trio_gateway.http1.request import RequestParser
 
-    def parse(block: bytes) -> Any:
+    real = RequestParser.head
+
+    def parse(self: RequestParser, block: bytes) -> Any:
         if b"/boom" in block:
             raise ValueError("a bug")
-        return real(block)
+        return real(self, block)
 
-    monkeypatch.setattr("trio_gateway.fronts.h1_serve.parse_request_head", parse)
+    monkeypatch.setattr(RequestParser, "head", parse)
     async with serving(echo) as (_, port):
         async with client(port) as c:
             await c.send(b"GET /boom HTTP/1.1\r\nHost: gw\r\n\r\n")
@@ -489,7 +511,7 @@ async def test_many_clients_hanging_up_at_once_are_each_told_once(
 ) -> None:
     """60 hang-ups at once, also past what one look at the set takes (then the next look
     takes the rest)."""
-    monkeypatch.setattr(h1_serve, "MAX_HANG_UPS_PER_POLL", per_poll)
+    monkeypatch.setattr(h1_hang_ups, "MAX_HANG_UPS_PER_POLL", per_poll)
     clients = 60
     told: list[int] = []
     all_told = trio.Event()

@@ -10,12 +10,8 @@ import attrs
 import trio
 
 from tests.sockets import connected_pair
-from trio_gateway.fronts.h1_serve import (
-    HANG_UP_EXTENSION,
-    SOCKET_FD_EXTENSION,
-    TICKS_PER_POLL,
-    HangUps,
-)
+from trio_gateway.http1.hang_ups import TICKS_PER_POLL, HangUps
+from trio_gateway.http1.server import HANG_UP_EXTENSION, SOCKET_FD_EXTENSION
 from trio_gateway.sim import SimConfig, SimEngine
 from trio_gateway.sim.shell import Shell, _Watch
 

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from trio_gateway.errors import UpstreamProtocolError, UpstreamUnreachable
-from trio_gateway.providers.h1_client import (
+from trio_gateway.http1.client import (
     H1Pool,
     H1Response,
     _readable,
@@ -210,7 +210,7 @@ async def test_a_malformed_answer_is_a_protocol_error() -> None:
         await stream.send_all(b"SSH-2.0-OpenSSH\r\n\r\n")
 
     async with server(garbage) as (url, _):
-        with pytest.raises(UpstreamProtocolError, match=r"not an HTTP/1\.x status line"):
+        with pytest.raises(UpstreamProtocolError, match=r"up: malformed response: "):
             await pool().post(url, {}, b"{}")
 
 
@@ -249,8 +249,10 @@ def test_the_request_on_the_wire() -> None:
     wire = encode_request(target, host, {"authorization": "Bearer k", "Host": "evil"}, b"{}")
     assert wire == (
         b"POST /v1beta/models/x:stream?alt=sse HTTP/1.1\r\nhost: api.example.com\r\n"
-        b"content-length: 2\r\nauthorization: Bearer k\r\n\r\n{}"
+        b"content-length: 2\r\nauthorization: Bearer k\r\naccept-encoding: identity\r\n\r\n{}"
     )
+    # A provider's own choice of coding is left alone (an answer in it is decoded).
+    assert b"identity" not in encode_request("/", "h", {"Accept-Encoding": "gzip"}, b"")
     with pytest.raises(ValueError, match="line break"):
         encode_request("/", "h", {"x-id": "a\r\nx-admin: 1"}, b"")
 

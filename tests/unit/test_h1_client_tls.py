@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from trio_gateway.errors import UpstreamProtocolError, UpstreamUnreachable
-from trio_gateway.providers.h1_client import H1Pool
+from trio_gateway.http1.client import H1Pool
 
 
 def _name(common: str) -> x509.Name:

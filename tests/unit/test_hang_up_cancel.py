@@ -11,7 +11,7 @@ import trio
 
 from trio_gateway.access import RequestContext, request_context
 from trio_gateway.fronts.chat import HangUpCancel
-from trio_gateway.fronts.h1_serve import HangUps
+from trio_gateway.http1.hang_ups import HangUps
 from trio_gateway.relay import CLIENT_GONE, Outcome
 from trio_gateway.tracing import new_trace
 

@@ -23,8 +23,8 @@ from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.events import Event, ResponseDone, ResponseStarted, TextDelta, Usage
 from trio_gateway.gate import LocalGate
+from trio_gateway.http1.client import Origin
 from trio_gateway.providers import upstream as upstream_module
-from trio_gateway.providers.h1_client import Origin
 from trio_gateway.providers.upstream import Upstream
 from trio_gateway.request import ChatRequest
 from trio_gateway.tracing import new_trace

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from trio_gateway.providers.tcp_dial import (
+from trio_gateway.http1.dial import (
     HAPPY_EYEBALLS_DELAY_S,
     AddrInfo,
     attempt_order,

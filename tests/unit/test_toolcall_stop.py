@@ -25,8 +25,8 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
+from trio_gateway.http1.client import Origin
 from trio_gateway.providers.gemini import GeminiDialect
-from trio_gateway.providers.h1_client import Origin
 from trio_gateway.providers.openai import OpenAIDialect
 from trio_gateway.providers.openai_compatible import ChunkParser, OpenAICompatibleDialect
 from trio_gateway.providers.upstream import Upstream

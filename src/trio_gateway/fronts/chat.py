@@ -30,12 +30,12 @@ from trio_gateway.request import parse_chat_request
 from trio_gateway.sse import DONE
 
 if TYPE_CHECKING:
-    from trio_gateway.fronts.h1_serve import HangUps
+    from trio_gateway.http1.hang_ups import HangUps
 
 
 class HangUpCancel:
     """:func:`watch_disconnect`'s work without a task of the request's own, where the server
-    keeps a hang-up watch (``h1_serve.HangUps``): called once the client hangs up, it cancels the
+    keeps a hang-up watch (``http1.hang_ups``): called once the client hangs up, it cancels the
     request's scope and shuts the upstream connection at once (``RequestContext.abort_upstream``):
     the cancelled producer runs only on trio's next turn, which at thousands of streams may be
     a burst of other streams' chunks away. A hang-up after the answer is no cancellation."""

@@ -39,7 +39,7 @@ from trio_gateway.lag import LagMeter
 from trio_gateway.relay import ClientLeft, ClientStalled
 
 if TYPE_CHECKING:
-    from trio_gateway.fronts.h1_serve import HangUps
+    from trio_gateway.http1.hang_ups import HangUps
 
 # A look at the kernel's count of unacknowledged bytes at most this often (one ioctl): the lag
 # is known to within this much.
@@ -75,7 +75,7 @@ class ClientSocket:
 
     sock: trio.socket.SocketType
     chunked: bool
-    # The server's hang-up watch (h1_serve.HangUps), where it runs: told of each chunk written.
+    # The server's hang-up watch (http1.hang_ups), where it runs: told of each chunk written.
     hang_ups: HangUps | None = None
 
     def body(self, stall_timeout_s: float) -> DirectBody:

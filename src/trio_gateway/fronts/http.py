@@ -9,9 +9,16 @@ from typing import Any
 import trio
 
 from trio_gateway.access import current as current_request
-from trio_gateway.errors import BodyTooLarge, GatewayError, InternalError
+from trio_gateway.errors import (
+    BodyTooLarge,
+    GatewayError,
+    InternalError,
+    MalformedHttp,
+    RequestTimeout,
+)
 from trio_gateway.fronts.direct import ClientSocket, DirectBody
 from trio_gateway.fronts.openai_chunks import dumps
+from trio_gateway.http1.errors import H1Error
 from trio_gateway.relay import CLIENT_STALL, DropConnection, Item, Outcome
 
 Scope = MutableMapping[str, Any]
@@ -35,11 +42,19 @@ class ClientGone(Exception):
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:
-    """The whole request body, refusing (413) as soon as it passes ``limit`` bytes."""
+    """The whole request body, refusing (413) as soon as it passes ``limit`` bytes. Where the
+    HTTP/1.x server finds the body malformed or too slow, its error becomes the gateway's here."""
     parts: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
+        try:
+            message = await receive()
+        except H1Error as exc:
+            if exc.status == 408:
+                raise RequestTimeout(exc.message) from None
+            if exc.status == 413:
+                raise BodyTooLarge(exc.message) from None
+            raise MalformedHttp(exc.message) from None
         if message["type"] == "http.disconnect":
             raise ClientGone()
         part = message.get("body", b"")

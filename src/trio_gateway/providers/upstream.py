@@ -24,9 +24,9 @@ from trio_gateway.config import ProviderConfig
 from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.events import Event
 from trio_gateway.gate import GateStats, LocalGate, SharedGate
+from trio_gateway.http1.client import H1Pool, H1Response, Origin
 from trio_gateway.providers import dialect_for
 from trio_gateway.providers.dialect import Dialect, StreamParser
-from trio_gateway.providers.h1_client import H1Pool, H1Response, Origin
 from trio_gateway.providers.httpx_errors import read_limited
 from trio_gateway.providers.read_timer import ReadDeadlines, ReadTimer
 from trio_gateway.providers.translate import REDACTED, redact_credentials
@@ -87,7 +87,7 @@ class Upstream:
         # closes its connections once this is 0 (its gate may be shared with its successor).
         self.active = 0
         # Probes of /load go through httpx; the chat exchange through the lean HTTP/1.1
-        # client, whose per-chunk read is a socket read and a few bytes.find (h1_client.py).
+        # client, whose per-chunk read is a socket read and a few bytes.find (http1/client.py).
         self._client = client
         self._h1 = H1Pool(
             config.name,

@@ -11,7 +11,7 @@ import hypercorn.config
 import trio
 from hypercorn.trio.worker_context import WorkerContext
 
-from trio_gateway.fronts.h1_serve import H1Server
+from trio_gateway.http1.server import H1Server
 from trio_gateway.listen import hypercorn_hand_off
 
 from .app import SimApp
@@ -23,6 +23,11 @@ __all__ = ["SimHandle", "serve_sim"]
 # A client that takes nothing for this long is dropped (vLLM's uvicorn has no such bound; a
 # benchmark's slow clients are the gateway's to drop, and come nowhere near it).
 KEEP_ALIVE_WRITE_TIMEOUT_S = 300.0
+# vLLM's uvicorn bounds no body; a prompt at the longest context a simulator is given is some
+# megabytes of JSON.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+HEAD_TIMEOUT_S = 30.0
+BODY_TIMEOUT_S = 60.0
 
 
 @attrs.frozen
@@ -54,7 +59,7 @@ async def serve_sim(
 
     Reports a `SimHandle` once the socket listens. Cancelling the caller's scope stops the
     server, every request in flight and the engine loop. HTTP/1.x on the gateway's own server
-    (``fronts/h1_serve.py``): behind hypercorn the simulator spent more CPU per token than the
+    (``http1/server.py``): behind hypercorn the simulator spent more CPU per token than the
     gateway in front of it, on the same cores (docs/benchmarks.md); vLLM's uvicorn, with its C
     parser, is far leaner than either. Anything else (an upgrade) goes to hypercorn.
     """
@@ -67,7 +72,10 @@ async def serve_sim(
         app,
         hypercorn_hand_off(app, hc, WorkerContext(None)),
         keep_alive_timeout_s=hc.keep_alive_timeout,
+        head_timeout_s=HEAD_TIMEOUT_S,
+        body_timeout_s=BODY_TIMEOUT_S,
         write_timeout_s=KEEP_ALIVE_WRITE_TIMEOUT_S,
+        max_body_bytes=MAX_BODY_BYTES,
     )
     listeners = await trio.open_tcp_listeners(port, host=host, backlog=backlog)
     async with trio.open_nursery() as nursery:

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeAlias
 import attrs
 import trio
 
-from trio_gateway.fronts.h1_serve import HANG_UP_EXTENSION, SOCKET_FD_EXTENSION
+from trio_gateway.http1.server import HANG_UP_EXTENSION, SOCKET_FD_EXTENSION
 
 from .engine import SimEngine, SimSequence
 from .errors import ApiError
@@ -180,7 +180,7 @@ class Shell:
     def _watch_hang_up(
         self, scope: Scope, seq: SimSequence, watch: _Watch, cancel: trio.CancelScope
     ) -> Callable[[], None] | None:
-        """Where the server keeps a hang-up watch (``h1_serve.HangUps``), the client's leaving
+        """Where the server keeps a hang-up watch (``http1.hang_ups.HangUps``), the client's leaving
         is acted on at once, from whichever task looks: the watcher task would run only after a
         burst of thousands of tokens (one turn of trio's loop). Returns how to stop; None where
         there is no such watch (the watcher task is there either way)."""

@@ -1,7 +1,7 @@
-"""The streaming request's HTTP/1.1 client: one request on a trio stream, read by ``h1.py``.
+"""The streaming request's HTTP/1.1 client: one request on a trio stream, read by llhttp.
 
-The per-chunk read is one ``receive_some`` and a few ``bytes.find``: no async generator layers,
-no cancel scope per read (the caller's ``ReadTimer`` bounds reads), no second parser. Everything
+The per-chunk read is one socket read and one pass of llhttp (``response.py``): no async
+generator layers, no cancel scope per read (the caller's ``ReadTimer`` bounds reads). Everything
 else the upstream exchange needs is here too, and nothing more: a bounded set of idle
 connections per origin, TLS with httpx's trust store, and the one boundary where socket, TLS
 and protocol failures become the gateway's errors, named as before (``cannot connect``,
@@ -30,15 +30,9 @@ import httpx
 import trio
 
 from trio_gateway.errors import UpstreamProtocolError, UpstreamUnreachable
-from trio_gateway.providers.h1 import (
-    ChunkedBody,
-    H1Error,
-    HeadReader,
-    LengthBody,
-    ResponseHead,
-    body_reader,
-)
-from trio_gateway.providers.tcp_dial import open_tcp_stream
+from trio_gateway.http1.dial import open_tcp_stream
+from trio_gateway.http1.errors import H1Error
+from trio_gateway.http1.response import ResponseHead, ResponseParser
 
 # One read of a stream's body, at most. A stream whose client is slow holds one read and its
 # rendered chunks while it waits for room (the upstream keeps sending meanwhile, so the next read
@@ -51,7 +45,7 @@ READ_BYTES = 16384
 # blocked generated every token of 200 stalled answers, and the other streams paid for it
 # (docs/benchmarks.md, scenario E). The kernel doubles it (32 KiB, about half of it window): at
 # a 100 ms round trip, 160 KB/s, several times the fastest token stream. Set before the
-# handshake (tcp_dial.py): set after it, a loopback answer held back once crawled ever after.
+# handshake (dial.py): set after it, a loopback answer held back once crawled ever after.
 UPSTREAM_RCVBUF_BYTES = 16384
 
 
@@ -82,6 +76,10 @@ def encode_request(target: str, host: str, headers: dict[str, str], body: bytes)
             raise ValueError(f"header {name!r} holds a line break or a colon")
         if name.lower() not in ("host", "content-length"):
             lines.append(f"{name}: {value}")
+    if not any(name.lower() == "accept-encoding" for name in headers):
+        # Without it any coding is acceptable (RFC 9110 section 12.5.3); one that comes anyway
+        # is decoded (response.py).
+        lines.append("accept-encoding: identity")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
@@ -237,7 +235,7 @@ class H1Pool:
     ) -> H1Response | None:
         """None: a reused connection failed before any response byte (send again, anew)."""
         name = self.provider
-        reader = HeadReader()
+        parser = ResponseParser()
         got_bytes = False
         try:
             with trio.move_on_after(self.write_timeout_s) as late:
@@ -258,10 +256,9 @@ class H1Pool:
                         provider=name,
                     )
                 got_bytes = True
-                head = reader.feed(data)
+                head = parser.feed(data)
                 if head is not None:
                     break
-            body = body_reader(head)
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             await _close(stream)
             if reused and not got_bytes:
@@ -275,7 +272,7 @@ class H1Pool:
         except BaseException:
             await _close(stream)
             raise
-        return H1Response(self, origin, stream, head, body, reader.leftover)
+        return H1Response(self, origin, stream, head, parser)
 
 
 def _describe(exc: BaseException) -> str:
@@ -299,17 +296,14 @@ class H1Response:
         origin: Origin,
         stream: trio.abc.Stream,
         head: ResponseHead,
-        body: ChunkedBody | LengthBody | None,
-        leftover: bytes,
+        parser: ResponseParser,
     ) -> None:
         self._pool = pool
         self._origin = origin
         self._stream: trio.abc.Stream | None = stream
         self.head = head
         self.status_code = head.status
-        self._body = body
-        self._leftover = leftover
-        self._ended = body is not None and body.done and not leftover
+        self._parser = parser
         self._aborted = False
 
     def abort(self) -> None:
@@ -330,18 +324,23 @@ class H1Response:
 
     @property
     def ended(self) -> bool:
-        return self._ended
+        """The body was read whole and every byte of it given out by :meth:`receive`."""
+        return self._parser.done and not self._parser.pending
+
+    def _failed(self, detail: str) -> UpstreamProtocolError:
+        return UpstreamProtocolError(
+            f"{self._pool.provider}: {detail}", provider=self._pool.provider
+        )
 
     async def receive(self) -> list[bytes]:
         """The next body bytes, as they arrived ([] once the body ended)."""
-        if self._ended:
-            return []
-        body = self._body
-        if self._leftover:
-            data, self._leftover = self._leftover, b""
-        else:
-            # The read inline, not in a coroutine of its own: thousands of streams wait here at
-            # once, each holding every frame of its chain. A plain TCP connection is read as
+        parser = self._parser
+        try:
+            parts = parser.pieces()  # what came with the head, or a read's decoded rest
+            if parts or parser.done:
+                return parts
+            # The read inline, not in a coroutine of its own: thousands of streams wait here
+            # at once, each holding every frame of its chain. A plain TCP connection is read as
             # receive_some would, with one trip through trio's scheduler instead of two:
             # receive_some reads, yields even when there was data, and on the next call reads
             # once in vain before it waits. Waiting first costs nothing when data is there.
@@ -361,29 +360,14 @@ class H1Response:
                     # bytes() of bytes is the same object: a copy only for TLS's bytearray.
                     data = bytes(await stream.receive_some(READ_BYTES))
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise UpstreamProtocolError(
-                    f"{self._pool.provider}: connection lost ({_describe(exc)})",
-                    provider=self._pool.provider,
-                ) from None
-            if not data:
-                if body is None:  # framed by the connection's end: this is the end
-                    self._ended = True
-                    return []
-                raise UpstreamProtocolError(
-                    f"{self._pool.provider}: connection lost (the body ended before its end)",
-                    provider=self._pool.provider,
-                )
-        if body is None:
-            return [data]
-        try:
-            parts = body.feed(data)
+                raise self._failed(f"connection lost ({_describe(exc)})") from None
+            if data:
+                parser.feed(data)
+            else:
+                parser.eof()
+            return parser.pieces()
         except H1Error as exc:
-            raise UpstreamProtocolError(
-                f"{self._pool.provider}: {exc}", provider=self._pool.provider
-            ) from None
-        if body.done:
-            self._ended = True
-        return parts
+            raise self._failed(exc.message) from None
 
     async def read_limited(self, limit: int) -> bytes:
         """At most ``limit`` bytes of the body (error bodies, whole answers)."""
@@ -392,7 +376,7 @@ class H1Response:
         while size < limit:
             got = await self.receive()
             if not got:
-                if self._ended:
+                if self.ended:
                     break
                 continue
             parts += got
@@ -400,17 +384,17 @@ class H1Response:
         return b"".join(parts)[:limit]
 
     async def aclose(self) -> None:
-        """Give the connection back if the body was read whole on a keep-alive response;
-        else close it."""
+        """Give the connection back if the body was read whole on a keep-alive response, with
+        nothing after it; else close it."""
         stream, self._stream = self._stream, None
         if stream is None:
             return
-        leftover = self._body.leftover if self._body is not None else b""
+        parser = self._parser
         reusable = (
-            self._ended
-            and self._body is not None
+            parser.done
+            and not parser.extra
+            and not parser.until_close
             and self.head.keep_alive
-            and not leftover
             and not self._aborted
         )
         if reusable and self._pool.put_idle(self._origin, stream):

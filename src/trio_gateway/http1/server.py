@@ -4,9 +4,16 @@ hypercorn serves a request through a task of its own for the app, memory channel
 messages, an idle-timer task restarted per request and four awaiting layers per write: 2.06M
 instructions per request with an app that does nothing, twice the whole per-request budget of
 issue 12 (docs/benchmarks.md, scenario A). Here a connection is one loop in one task: read a head
-(``h1_parse.py``), call the app with a ``receive`` and a ``send`` that read and write the socket
-themselves, write the answer with one non-blocking ``send`` where the kernel has room, and go on
-to the next request of a keep-alive connection.
+(parsed by llhttp, ``request.py``), call the app with a ``receive`` and a ``send`` that read and
+write the socket themselves, write the answer with one non-blocking ``send`` where the kernel has
+room, and go on to the next request of a keep-alive connection.
+
+Every wait for the client is bounded (docs/architecture.md, "The HTTP/1.x edge"): a connection's
+first head must be whole within ``head_timeout_s`` of its accept, a later one within
+``keep_alive_timeout_s`` of idling plus ``head_timeout_s`` from its first byte, a body within
+``body_timeout_s`` of the app's first read. A request the server refuses (its framing, its size,
+a deadline) is answered with its status (400, 408, 413, 431, 501, 505) where the client can
+still hear it, logged at debug level with the peer, and its connection closed.
 
 What this server does not speak it hands on, with the bytes it read, to hypercorn's own
 connection handler: a WebSocket upgrade (the gateway's ``/v1/ws``), any other ``Upgrade`` (h2c),
@@ -18,16 +25,17 @@ answer has been sent, as hypercorn does); ``send`` takes ``http.response.start``
 ``http.response.body``. A body the app sends without a ``content-length`` is chunked (HTTP/1.1)
 or ends with the connection (HTTP/1.0); the head of such an answer is written at once, so the
 app may write the body's chunks to the socket itself (``direct.py``) before it ends the body
-here. The connection is kept only after a whole request was read and a whole answer written.
+here. The connection is kept only after a whole request was read and a whole answer written; a
+response after which it is not says ``connection: close``. A body that turns out malformed or
+late reaches the app as an :class:`~trio_gateway.http1.errors.H1Error` from ``receive``: an app
+that lets it through has it answered here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import select
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
@@ -36,34 +44,29 @@ from urllib.parse import unquote
 
 import trio
 
-from trio_gateway.chunked import ChunkedBody, H1Error
-from trio_gateway.fronts.h1_parse import (
-    H2_PREFACE_LINE,
+from trio_gateway.http1.errors import H1Error
+from trio_gateway.http1.hang_ups import HangUps
+from trio_gateway.http1.heads import SentHead, encode_response_head, error_response
+from trio_gateway.http1.request import (
+    H2_PREFACE,
     MAX_HEAD_BYTES,
     RequestHead,
-    RequestHeadError,
-    ResponseHead,
-    encode_response_head,
-    error_response,
+    RequestParser,
     find_head_end,
-    parse_request_head,
 )
 
 log = logging.getLogger("trio_gateway")
 
 READ_BYTES = 65536
-_HANG_UP = getattr(select, "EPOLLRDHUP", 0) | select.EPOLLHUP | select.EPOLLERR
 HANG_UP_EXTENSION = "trio_gateway.hang_ups"  # scope["extensions"]: the server's HangUps
 SOCKET_FD_EXTENSION = "trio_gateway.socket_fd"  # and the connection's descriptor, to watch
-# A look at the hang-up set every this many chunks written: at ~75 µs a chunk, every 2.4 ms of a
-# burst.
-TICKS_PER_POLL = 32
-MAX_HANG_UPS_PER_POLL = 1024
 # A closing connection's unread bytes are read and dropped for this long, or this many.
 LINGER_S = 2.0
 LINGER_BYTES = 1 << 20
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 ASGI = {"version": "3.0", "spec_version": "2.3"}
+# The error code a refusal's body names, by its status.
+_CODES = {408: "request_timeout", 413: "body_too_large", 500: "internal_error"}
 
 Message = MutableMapping[str, Any]
 App = Callable[
@@ -71,87 +74,9 @@ App = Callable[
     Awaitable[None],
 ]
 HandOff = Callable[[trio.abc.Stream], Awaitable[None]]
-
-
-class HangUps:
-    """Which clients hung up, for every answer at once: the connections whose answer is being
-    given, in one ``epoll`` set of their own that reports only a peer's end (``EPOLLRDHUP``, and
-    the hang-ups and errors epoll always reports), waited on by one task (:meth:`serve`).
-
-    A disconnect watcher per request costs a task, its coroutines and a cancel scope, some
-    3.5 KiB, held as long as the answer: at thousands of streams, a tenth of each one's memory
-    (docs/benchmarks.md, scenario D). Where the platform has no ``EPOLLRDHUP`` (or the service
-    is not running), requests keep watching ``receive()`` themselves.
-
-    The set is also looked at by whoever is busiest (:meth:`tick`, once per chunk written): a
-    burst of thousands of chunks is one long turn of trio's run loop, and a hang-up that came
-    during it would otherwise wait for the turn to end before :meth:`serve` even ran."""
-
-    def __init__(self) -> None:
-        self._epoll = select.epoll() if hasattr(select, "EPOLLRDHUP") else None
-        self._callbacks: dict[int, Callable[[], object]] = {}
-        self._ticks = 0
-        self.running = False
-
-    def __len__(self) -> int:
-        return len(self._callbacks)
-
-    def watch(self, fd: int, callback: Callable[[], object]) -> None:
-        """Call ``callback`` once when the peer of the socket ``fd`` hangs up (until
-        :meth:`unwatch`). It is called from another task: it may cancel and close, not wait."""
-        epoll = self._epoll
-        assert epoll is not None
-        try:
-            epoll.register(fd, _HANG_UP)
-        except FileExistsError:
-            epoll.modify(fd, _HANG_UP)  # a watch whose unwatch never came: this one replaces it
-        except (OSError, ValueError):
-            callback()  # closed already (fd -1, or gone): its client has left
-            return
-        self._callbacks[fd] = callback
-
-    def unwatch(self, fd: int, callback: Callable[[], object]) -> None:
-        """Stop :meth:`watch`'s ``callback`` (not a later watch of the same descriptor)."""
-        if self._callbacks.get(fd) is callback:
-            del self._callbacks[fd]
-            with contextlib.suppress(OSError, ValueError):
-                self._epoll.unregister(fd)  # type: ignore[union-attr]
-
-    def poll(self) -> None:
-        """Call the callbacks of the hang-ups that have come, now."""
-        epoll = self._epoll
-        if epoll is None or not self.running:
-            return
-        for fd, _ in epoll.poll(0, MAX_HANG_UPS_PER_POLL):
-            callback = self._callbacks.pop(fd, None)
-            with contextlib.suppress(OSError, ValueError):
-                epoll.unregister(fd)
-            if callback is not None:
-                callback()
-
-    def tick(self) -> None:
-        """One unit of work done (a chunk written): every ``TICKS_PER_POLL``, a look at the set,
-        one ``epoll_wait`` that does not wait (about a microsecond)."""
-        self._ticks += 1
-        if self._ticks >= TICKS_PER_POLL:
-            self._ticks = 0
-            if self._callbacks:
-                self.poll()
-
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        epoll = self._epoll
-        if epoll is None:
-            task_status.started()
-            return
-        self.running = True
-        try:
-            task_status.started()
-            while True:
-                await trio.lowlevel.wait_readable(epoll.fileno())
-                self.poll()
-        finally:
-            self.running = False
-            epoll.close()
+# Told of each request the server answers itself (its status and error code), for the access
+# log and the metrics: the app never saw it.
+OnRefused = Callable[[int, str], None]
 
 
 class _Closed(Exception):
@@ -161,10 +86,10 @@ class _Closed(Exception):
 class H1Server:
     """Serves the HTTP/1.x connections of one listening socket.
 
-    ``keep_alive_timeout_s`` bounds the wait for a request's head (the first one's too) and
-    between the pieces of its body; ``write_timeout_s`` a write the kernel will not take.
-    :meth:`terminate` (the end of a drain): connections waiting for a request close, the
-    others close after the answer they are giving."""
+    ``write_timeout_s`` bounds a write the kernel will not take; ``max_body_bytes`` a request's
+    body (a larger one declared in the head is refused from the head: 413, no ``100
+    Continue``). :meth:`terminate` (the end of a drain): connections waiting for a request
+    close, the others close after the answer they are giving."""
 
     def __init__(
         self,
@@ -172,12 +97,20 @@ class H1Server:
         hand_off: HandOff,
         *,
         keep_alive_timeout_s: float,
+        head_timeout_s: float,
+        body_timeout_s: float,
         write_timeout_s: float,
+        max_body_bytes: int,
+        on_refused: OnRefused | None = None,
     ) -> None:
         self.app = app
+        self.on_refused = on_refused
         self.hand_off = hand_off
         self.keep_alive_timeout_s = keep_alive_timeout_s
+        self.head_timeout_s = head_timeout_s
+        self.body_timeout_s = body_timeout_s
         self.write_timeout_s = write_timeout_s
+        self.max_body_bytes = max_body_bytes
         self.terminated = False
         self.hang_ups = HangUps()  # served by the caller: ``nursery.start(server.hang_ups.serve)``
         self._idle: set[trio.CancelScope] = set()
@@ -208,6 +141,10 @@ class _Connection:
         self.stream = stream
         self.sock = stream.socket
         self.buffer = b""  # read, not yet part of a request
+        self.parser = RequestParser(max_body_bytes=server.max_body_bytes)
+        # The first head's deadline counts from here: a client that connects and sends nothing
+        # (or one byte at a time) holds a connection for head_timeout_s at most.
+        self.accepted_at = trio.current_time()
         try:
             self.client: tuple[str, int] | None = _address(self.sock.getpeername())
             self.local: tuple[str, int] | None = _address(self.sock.getsockname())
@@ -217,25 +154,26 @@ class _Connection:
     async def run(self) -> None:
         try:
             server = self.server
+            first = True
             while not server.terminated:
-                read = await self._read_head()
+                read = await self._read_head(first)
+                first = False
                 if read is None:
                     return
-                buffer, end, body_at = read
+                buffer, head_end = read
                 del read
-                if buffer[:end] == H2_PREFACE_LINE:
+                if buffer.startswith(H2_PREFACE):
                     await server.hand_off(_Replay(self.stream, buffer))
                     return
                 try:
-                    head = parse_request_head(buffer[:end])
-                except RequestHeadError as exc:
-                    await self._refuse(exc.status, exc.message)
-                    await self._linger()
+                    head = self.parser.head(buffer[:head_end])
+                except H1Error as exc:
+                    await self._refuse(exc)
                     return
                 if head.upgrade:
                     await server.hand_off(_Replay(self.stream, buffer))
                     return
-                request = _Request(self, head, buffer[body_at:])
+                request = _Request(self, head, buffer[head_end:])
                 # The request keeps what it needs: the bytes as read are not held through the
                 # answer (thousands of answers at once).
                 del buffer
@@ -274,43 +212,64 @@ class _Connection:
                     return
                 dropped += len(data)
 
-    async def _read_head(self) -> tuple[bytes, int, int] | None:
-        """What was read (taken from ``self.buffer``), the end of the next head in it and where
-        what follows the head starts; None when the client closed or went quiet, or the server
-        is stopping."""
+    async def _read_head(self, first: bool) -> tuple[bytes, int] | None:
+        """What was read (taken from ``self.buffer``) and where the next head in it ends; None
+        when the client closed, went quiet or was refused, or the server is stopping."""
+        server = self.server
         buffer = self.buffer
         searched = 0
-        with trio.CancelScope() as idle:
-            idle.deadline = trio.current_time() + self.server.keep_alive_timeout_s
-            self.server._idle.add(idle)
+        with trio.CancelScope() as waiting:
+            if first:
+                waiting.deadline = self.accepted_at + server.head_timeout_s
+            elif buffer:
+                waiting.deadline = trio.current_time() + server.head_timeout_s
+            else:
+                waiting.deadline = trio.current_time() + server.keep_alive_timeout_s
+            server._idle.add(waiting)
             try:
                 while True:
-                    found = find_head_end(buffer, searched)
-                    if found is not None and found[0] <= MAX_HEAD_BYTES:
+                    end = find_head_end(buffer, searched)
+                    if end is not None and end <= MAX_HEAD_BYTES:
                         self.buffer = b""
-                        return buffer, found[0], found[1]
-                    if found is not None or len(buffer) > MAX_HEAD_BYTES:
+                        return buffer, end
+                    if end is not None or len(buffer) > MAX_HEAD_BYTES:
                         await self._refuse(
-                            431, f"a request head larger than {MAX_HEAD_BYTES} bytes"
+                            H1Error(f"a request head larger than {MAX_HEAD_BYTES} bytes", 431)
                         )
-                        await self._linger()
                         return None
                     searched = len(buffer)
                     data = await _read(self.sock)
                     if not data:
                         return None
+                    if not buffer and not first:
+                        # An idle connection's next request has begun: its head has as long as
+                        # any other's.
+                        waiting.deadline = trio.current_time() + server.head_timeout_s
                     buffer += data
             finally:
-                self.server._idle.discard(idle)
+                server._idle.discard(waiting)
+        if buffer and not server.terminated:
+            await self._refuse(
+                H1Error(f"the request head did not come within {server.head_timeout_s:g} s", 408)
+            )
         return None  # the deadline, or the server's end
 
-    async def _refuse(self, status: int, message: str) -> None:
+    async def _refuse(self, error: H1Error) -> None:
+        """Answer a request the server refuses itself, then close."""
+        log.debug("refused a request from %s with %d: %s", _peer(self.client), error.status, error)
+        await self._answer_error(error.status, error.message)
+        await self._linger()
+
+    async def _answer_error(self, status: int, message: str) -> None:
+        code = _CODES.get(status, "malformed_http")
+        if self.server.on_refused is not None:
+            self.server.on_refused(status, code)
         body = json.dumps(
             {
                 "error": {
                     "message": message,
-                    "type": "invalid_request_error",
-                    "code": "malformed_http",
+                    "type": "server_error" if status >= 500 else "invalid_request_error",
+                    "code": code,
                     "param": None,
                 }
             }
@@ -326,13 +285,12 @@ class _Request:
         self.conn = conn
         self.head = head
         self.rest = rest  # read past the head: the body's first bytes, maybe more
-        self.body_done = head.framing == "none"  # read whole from the socket
+        self.body_done = conn.parser.body_done  # read whole from the socket
         self.body_given = False  # and handed to the app whole
-        self.remaining = head.content_length if head.framing == "length" else 0
-        self.chunked = ChunkedBody() if head.framing == "chunked" else None
+        self.body_deadline: float | None = None  # set by the app's first read of the body
         self.pipelined = b""  # the next request's bytes, read while waiting for a disconnect
         self.continue_sent = not head.expect_continue
-        self.response: ResponseHead | None = None
+        self.response: SentHead | None = None
         self.pending = b""  # a head kept back to go out with the first body bytes
         self.sent = 0
         self.done = False  # the whole answer was handed to the kernel
@@ -374,11 +332,19 @@ class _Request:
         }
         try:
             await self.conn.server.app(scope, self.receive, self.send)
+        except H1Error as exc:
+            # The body's framing or deadline, let through by the app: answered here.
+            self.broken = True
+            log.debug(
+                "refused a request from %s with %d: %s", _peer(self.conn.client), exc.status, exc
+            )
+            if self.response is None:
+                await self.conn._answer_error(exc.status, exc.message)
         except Exception:
             log.exception("the app failed on %s %s", head.method, scope["path"][:200])
             self.broken = True
             if self.response is None:
-                await self.conn._refuse(500, "internal error")
+                await self.conn._answer_error(500, "internal error")
 
     def _extensions(self) -> dict[str, Any]:
         hang_ups = self.conn.server.hang_ups
@@ -398,36 +364,38 @@ class _Request:
             except _Closed:
                 self.client_gone = True
                 return {"type": "http.disconnect"}
+            except H1Error:
+                self.broken = True  # the connection's framing is lost: it closes after this
+                raise
         # The last piece, or the one empty message of a request without a body.
         self.body_given = self.body_done
         return {"type": "http.request", "body": body, "more_body": not self.body_done}
 
     async def _body_piece(self) -> bytes:
+        server = self.conn.server
+        if self.body_deadline is None:
+            self.body_deadline = trio.current_time() + server.body_timeout_s
         if not self.continue_sent:
             self.continue_sent = True
             if self.response is None:
                 await self._write(CONTINUE)
+        parser = self.conn.parser
         while True:
             data, self.rest = self.rest, b""
             if not data:
-                with trio.move_on_after(self.conn.server.keep_alive_timeout_s) as late:
+                with trio.CancelScope(deadline=self.body_deadline) as late:
                     data = await _read(self.conn.sock)
-                if late.cancelled_caught or not data:
+                if late.cancelled_caught:
+                    raise H1Error(
+                        f"the request body did not come within {server.body_timeout_s:g} s", 408
+                    )
+                if not data:
                     raise _Closed
-            if self.chunked is not None:
-                try:
-                    pieces = self.chunked.feed(data)
-                except H1Error as exc:
-                    self.broken = True
-                    raise _Closed from exc
-                if self.chunked.done:
-                    self.body_done = True
-                    self.rest = self.chunked.leftover
-                body = b"".join(pieces)
-            else:
-                body, self.rest = data[: self.remaining], data[self.remaining :]
-                self.remaining -= len(body)
-                self.body_done = not self.remaining
+            pieces, used = parser.body(data)
+            if used < len(data):
+                self.rest = data[used:]
+            self.body_done = parser.body_done
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             if body or self.body_done:
                 return body
 
@@ -467,7 +435,12 @@ class _Request:
                 int(message["status"]),
                 message.get("headers", ()),
                 http_version=self.head.http_version,
-                keep_alive=self.head.keep_alive and not server.terminated,
+                # A body not read whole (an answer that did not need it, a framing error) ends
+                # the connection after this answer, and the answer says so.
+                keep_alive=self.head.keep_alive
+                and self.body_done
+                and not self.broken
+                and not server.terminated,
                 date=server.date(),
                 head_request=self.head.method == "HEAD",
             )
@@ -524,8 +497,12 @@ class _Request:
             self.broken = True
 
 
+def _peer(client: tuple[str, int] | None) -> str:
+    return "-" if client is None else f"{client[0]}:{client[1]}"
+
+
 async def _read(sock: trio.socket.SocketType) -> bytes:
-    """One read: wait, then read (one trip through the scheduler; h1_client.H1Response.receive)."""
+    """One read: wait, then read (one trip through the scheduler; client.H1Response.receive)."""
     while True:
         await trio.lowlevel.wait_readable(sock)
         try:
