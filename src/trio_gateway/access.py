@@ -7,7 +7,9 @@ answer was (alias, provider, outcome, tokens); the front writes the line when th
 :func:`log_access`. A line never holds a key, a prompt or a completion.
 
 ``--log-format json`` writes one JSON object per line (:class:`JsonFormatter`); an access line's
-fields are top-level keys there.
+fields are top-level keys there. The formats run on the log's writer thread (log_queue.py):
+what they show of the request is captured on the caller's, by :class:`RequestIdFilter` and in
+the record's ``access`` fields.
 """
 
 from __future__ import annotations
@@ -206,19 +208,10 @@ class JsonFormatter(logging.Formatter):
             out.update(access)
         else:
             out["message"] = record.getMessage()
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+        # The log's queue renders a traceback on the caller's thread (log_queue.capture) and
+        # leaves only its text.
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exception"] = record.exc_text
         return json.dumps(out, ensure_ascii=False, default=str)
-
-
-def configure_logging(level: str, log_format: str) -> None:
-    """The CLI's logging: text or JSON lines on stderr, with request ids."""
-    handler = logging.StreamHandler()
-    handler.addFilter(RequestIdFilter())
-    formatter = JsonFormatter() if log_format == "json" else TextFormatter()
-    handler.setFormatter(formatter)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    # One line per upstream request is noise at INFO; the gateway logs what matters.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
