@@ -38,7 +38,7 @@ from contextlib import contextmanager
 
 import attrs
 
-from trio_gateway.access import JsonFormatter, RequestIdFilter, TextFormatter
+from trio_gateway.access import AccessLine, JsonFormatter, RequestIdFilter, TextFormatter
 
 # Records waiting for the writer; beyond, records are dropped. A record with its access line's
 # fields takes about 1.3 KB (tracemalloc), so a full queue holds some 13 MB: 3 to 5 s of
@@ -60,8 +60,9 @@ DROP_REPORT_INTERVAL_S = 1.0
 LEVELS = ("debug", "info", "warning", "error", "critical")
 REPORT_LOGGER = "trio_gateway.log"
 
-# Arguments that cannot change between the log call and the writer's formatting.
-_FIXED_ARGS = frozenset({str, int, float, bool, type(None)})
+# Arguments that cannot change between the log call and the writer's formatting (an access
+# line holds only such values, and makes its text on the writer's thread).
+_FIXED_ARGS = frozenset({str, int, float, bool, type(None), AccessLine})
 
 
 class DroppedRecords:
@@ -339,10 +340,14 @@ def configure_logging(level: str, log_format: str, *, fd: int = 2) -> Iterator[L
     logs.handler.addFilter(RequestIdFilter())
     root = logging.getLogger()
     saved_handlers, saved_level, saved_hook = root.handlers[:], root.level, sys.unraisablehook
+    saved_names = logging.logThreads, logging.logProcesses, logging.logMultiprocessing
     root.handlers[:] = [logs.handler]
     root.setLevel(level.upper())
     # One line per upstream request is noise at INFO; the gateway logs what matters.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # No format shows a thread's or a process's name: a record made on the loop leaves them
+    # out (a sixth of making one).
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging.captureWarnings(True)
     sys.unraisablehook = _log_unraisable
     logs.start()
@@ -351,6 +356,7 @@ def configure_logging(level: str, log_format: str, *, fd: int = 2) -> Iterator[L
     finally:
         sys.unraisablehook = saved_hook
         logging.captureWarnings(False)
+        logging.logThreads, logging.logProcesses, logging.logMultiprocessing = saved_names
         root.handlers[:] = saved_handlers
         root.setLevel(saved_level)
         logs.close()
