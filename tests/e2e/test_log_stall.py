@@ -5,8 +5,11 @@ then the log's queue, then records are dropped. Every request and stream is stil
 time and ``/healthz`` answers throughout. Then the pipe is read: the gateway writes what it had
 queued and one line saying how many records it dropped, the number ``/metrics`` counted.
 
+A gateway whose reader stays stuck still exits on SIGTERM: the log's flush at exit gives up
+after its deadline.
+
 On the code before the queue, the gateway froze at the first write into the full pipe: the
-first request to miss its deadline fails this test (about 5 s in).
+first ``/healthz`` or request to miss its deadline fails both tests (within 5 s).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from bench.processes import quiet_ports
 from bench.rawhttp import Response, StreamResult, connect, post_bytes, stream_chat
 
 from tests.e2e.test_cli import CLI, wait_ready
-from trio_gateway.log_queue import LOG_QUEUE_RECORDS
+from trio_gateway.log_queue import FLUSH_AT_EXIT_S, LOG_QUEUE_RECORDS
 
 # Every request logs one line (two for a chat request: the gateway's access line and the
 # embedded simulator's), more than the queue and the pipe hold together: some must be dropped.
@@ -44,6 +47,10 @@ HEALTHZ_WITHIN_S = 2.0
 # Once the pipe is read: the queue's lines and the report, then the clean stop's last lines.
 REPORT_WITHIN_S = 20.0
 EXIT_WITHIN_S = 20.0
+# SIGTERM with nothing running and the pipe still unread: the drain ends at once, the log's
+# flush gives up after FLUSH_AT_EXIT_S; the rest is the interpreter's exit on a busy machine.
+STUCK_EXIT_WITHIN_S = FLUSH_AT_EXIT_S + 5.0
+STUCK_REQUESTS = 1_000  # lines enough to fill the pipe's 64 KiB and leave the writer stuck
 DROPPED_LINE = re.compile(rb"(\d+) log records dropped")
 DROPPED_METRIC = re.compile(rb'^gateway_log_records_dropped_total\{level="(\w+)"\} (\S+)$', re.M)
 
@@ -225,3 +232,19 @@ async def test_a_stuck_log_reader_stops_nothing_and_the_drops_are_reported(
         # The clean stop's last lines got out: the flush at exit.
         assert b"SIGTERM: draining" in log
         assert b"Traceback" not in log
+
+
+@pytest.mark.slow
+async def test_a_stuck_log_reader_does_not_hold_the_exit(tmp_path: Path) -> None:
+    with gateway_into_unread_pipe(tmp_path) as (proc, port, _):
+        models = f"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+        answered: list[int] = []
+        await _keep_alive_requests(port, [models] * STUCK_REQUESTS, answered)
+        assert len(answered) == STUCK_REQUESTS
+        metrics = await _get(port, "/metrics")
+        assert b"gateway_log_records_dropped_total" in metrics
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        # Never read: the writer is stuck in its write when the flush at exit begins.
+        assert await trio.to_thread.run_sync(proc.wait, STUCK_EXIT_WITHIN_S) == 0
+        assert time.monotonic() - started < STUCK_EXIT_WITHIN_S
