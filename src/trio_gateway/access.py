@@ -7,7 +7,9 @@ answer was (alias, provider, outcome, tokens); the front writes the line when th
 :func:`log_access`. A line never holds a key, a prompt or a completion.
 
 ``--log-format json`` writes one JSON object per line (:class:`JsonFormatter`); an access line's
-fields are top-level keys there.
+fields are top-level keys there. The formats run on the log's writer thread (log_queue.py):
+what they show of the request is captured on the caller's, by :class:`RequestIdFilter` and in
+the record's ``access`` fields.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, KeysView
 from contextvars import ContextVar, Token
 
 import attrs
@@ -59,49 +61,134 @@ class RequestContext:
         self.prompt_tokens = record.prompt_tokens
         self.completion_tokens = record.completion_tokens
 
+    def access_line(self, duration_s: float) -> AccessLine:
+        """The access line's values as they are now (the request has ended); its fields and
+        text are made later, where it is written."""
+        return AccessLine(
+            (
+                self.request_id,
+                self.route,
+                self.status,
+                self.outcome,
+                self.code,
+                self.alias,
+                self.provider,
+                self.key,
+                self.ttft_s,
+                duration_s,
+                self.prompt_tokens,
+                self.completion_tokens,
+                self.trace.trace_id,
+            )
+        )
+
     def line(self, duration_s: float) -> tuple[dict[str, object], str]:
-        """The access line: its fields, and its text (``key=value`` in that order, ``-`` for
-        none). Times are in ms to 0.1, as ``round(ms, 1)`` has them: ``.1f`` keeps the same
-        correctly rounded digits, and the text takes them as they are rather than formatting
-        each float twice."""
-        ttft = None if self.ttft_s is None else f"{self.ttft_s * 1000:.1f}"
-        duration = f"{duration_s * 1000:.1f}"
-        status, outcome, code, alias = self.status, self.outcome, self.code, self.alias
-        provider, key, prompt, completion = (
-            self.provider,
-            self.key,
-            self.prompt_tokens,
-            self.completion_tokens,
-        )
-        fields: dict[str, object] = {
-            "request_id": self.request_id,
-            "route": self.route,
-            "status": status,
-            "outcome": outcome,
-            "code": code,
-            "alias": alias,
-            "provider": provider,
-            "key": key,
-            "ttft_ms": None if ttft is None else float(ttft),
-            "duration_ms": float(duration),
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "trace_id": self.trace.trace_id,
-        }
-        text = (
-            f"request_id={self.request_id} route={self.route}"
-            f" status={'-' if status is None else status}"
-            f" outcome={'-' if outcome is None else outcome}"
-            f" code={'-' if code is None else code}"
-            f" alias={'-' if alias is None else alias}"
-            f" provider={'-' if provider is None else provider}"
-            f" key={'-' if key is None else key}"
-            f" ttft_ms={'-' if ttft is None else ttft} duration_ms={duration}"
-            f" prompt_tokens={'-' if prompt is None else prompt}"
-            f" completion_tokens={'-' if completion is None else completion}"
-            f" trace_id={self.trace.trace_id}"
-        )
-        return fields, text
+        """The access line: its fields, and its text (:meth:`AccessLine.line`)."""
+        return self.access_line(duration_s).line()
+
+
+# request_id, route, status, outcome, code, alias, provider, key, ttft_s, duration_s,
+# prompt_tokens, completion_tokens, trace_id: immutable values only.
+AccessValues = tuple[
+    str,
+    str,
+    int | None,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
+    float | None,
+    float,
+    int | None,
+    int | None,
+    str,
+]
+
+
+class AccessLine:
+    """One request's access line. Its values are taken on the event loop when the request ends
+    (:meth:`RequestContext.access_line`: a tuple, the cheapest capture); its fields (``dict()``
+    of it) and its text (``str()``) are made from them when first asked for, by the log's
+    writer thread (log_queue.py), so that formatting too leaves the loop. Immutable, so the
+    writer may read it whenever it gets to it. Not a ``Mapping``: a record whose one argument
+    is a mapping takes it for named ``%(...)s`` arguments."""
+
+    __slots__ = ("_line", "_values")
+
+    def __init__(self, values: AccessValues) -> None:
+        self._values = values
+        self._line: tuple[dict[str, object], str] | None = None
+
+    def line(self) -> tuple[dict[str, object], str]:
+        """Its fields and its text (``key=value`` in that order, ``-`` for none). Times are in
+        ms to 0.1, as ``round(ms, 1)`` has them: ``.1f`` keeps the same correctly rounded
+        digits, and the text takes them as they are rather than formatting each float twice.
+        Made once; two threads asking at once make the same twice."""
+        if self._line is None:
+            self._line = _fields_and_text(self._values)
+        return self._line
+
+    def fields(self) -> dict[str, object]:
+        return self.line()[0]
+
+    def keys(self) -> KeysView[str]:
+        return self.line()[0].keys()
+
+    def __getitem__(self, name: str) -> object:
+        return self.line()[0][name]
+
+    def __str__(self) -> str:
+        return self.line()[1]
+
+
+def _fields_and_text(values: AccessValues) -> tuple[dict[str, object], str]:
+    (
+        request_id,
+        route,
+        status,
+        outcome,
+        code,
+        alias,
+        provider,
+        key,
+        ttft_s,
+        duration_s,
+        prompt,
+        completion,
+        trace_id,
+    ) = values
+    ttft = None if ttft_s is None else f"{ttft_s * 1000:.1f}"
+    duration = f"{duration_s * 1000:.1f}"
+    fields: dict[str, object] = {
+        "request_id": request_id,
+        "route": route,
+        "status": status,
+        "outcome": outcome,
+        "code": code,
+        "alias": alias,
+        "provider": provider,
+        "key": key,
+        "ttft_ms": None if ttft is None else float(ttft),
+        "duration_ms": float(duration),
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "trace_id": trace_id,
+    }
+    text = (
+        f"request_id={request_id} route={route}"
+        f" status={'-' if status is None else status}"
+        f" outcome={'-' if outcome is None else outcome}"
+        f" code={'-' if code is None else code}"
+        f" alias={'-' if alias is None else alias}"
+        f" provider={'-' if provider is None else provider}"
+        f" key={'-' if key is None else key}"
+        f" ttft_ms={'-' if ttft is None else ttft} duration_ms={duration}"
+        f" prompt_tokens={'-' if prompt is None else prompt}"
+        f" completion_tokens={'-' if completion is None else completion}"
+        f" trace_id={trace_id}"
+    )
+    return fields, text
 
 
 _CURRENT: ContextVar[RequestContext | None] = ContextVar("trio_gateway_request", default=None)
@@ -132,14 +219,14 @@ def log_access(context: RequestContext, duration_s: float) -> None:
     level = logging.DEBUG if context.route in QUIET_ROUTES else logging.INFO
     if not access_log.isEnabledFor(level):
         return
-    fields, text = context.line(duration_s)
+    line = context.access_line(duration_s)
     # Logger.log would first walk the stack for the caller's file and line (findCaller), which
     # no format of the gateway shows: the record is made and handled as logging makes it when
     # it has no source file to look for.
     record = access_log.makeRecord(
-        access_log.name, level, "(unknown file)", 0, "%s", (text,), None, "(unknown function)"
+        access_log.name, level, "(unknown file)", 0, "%s", (line,), None, "(unknown function)"
     )
-    record.access = fields
+    record.access = line
     access_log.handle(record)
 
 
@@ -202,23 +289,14 @@ class JsonFormatter(logging.Formatter):
             "request_id": getattr(record, "request_id", "-"),
         }
         access = getattr(record, "access", None)
-        if isinstance(access, dict):
-            out.update(access)
+        if isinstance(access, AccessLine):
+            out.update(access.fields())
         else:
             out["message"] = record.getMessage()
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+        # The log's queue renders a traceback on the caller's thread (log_queue.capture) and
+        # leaves only its text.
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exception"] = record.exc_text
         return json.dumps(out, ensure_ascii=False, default=str)
-
-
-def configure_logging(level: str, log_format: str) -> None:
-    """The CLI's logging: text or JSON lines on stderr, with request ids."""
-    handler = logging.StreamHandler()
-    handler.addFilter(RequestIdFilter())
-    formatter = JsonFormatter() if log_format == "json" else TextFormatter()
-    handler.setFormatter(formatter)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    # One line per upstream request is noise at INFO; the gateway logs what matters.
-    logging.getLogger("httpx").setLevel(logging.WARNING)

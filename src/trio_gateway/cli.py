@@ -14,11 +14,11 @@ from pathlib import Path
 import trio
 
 from trio_gateway import __version__
-from trio_gateway.access import configure_logging
 from trio_gateway.cli_keys import keys_main
 from trio_gateway.cli_reload import reload_main
 from trio_gateway.cli_usage import usage_main
 from trio_gateway.config import DEFAULT_CONFIG_NAME, ConfigError, GatewayConfig, load_config
+from trio_gateway.log_queue import configure_logging
 from trio_gateway.reloader import LoadConfig
 from trio_gateway.sd_notify import notify, reloading
 from trio_gateway.server import GatewayHandle, freeze_start_up, serve_gateway
@@ -204,13 +204,24 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.file}: ok ({len(config.aliases)} aliases, {len(config.providers())} providers)"
         )
         return 0
-    configure_logging(args.log_level, args.log_format)
-    config = _load(args.config, args.listen)
-    if config is None:
-        return EXIT_CONFIG
-    failed = False
+    with configure_logging(args.log_level, args.log_format):
+        config = _load(args.config, args.listen)
+        if config is None:
+            return EXIT_CONFIG
+        problems = _serve(args, config)
+    # Printed once the log's last lines are out (the queue is written out as it closes), so
+    # the reason the gateway stopped comes last.
+    for problem in problems:
+        print(f"trio-gateway: cannot serve: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _serve(args: argparse.Namespace, config: GatewayConfig) -> list[OSError]:
+    """Serve until stopped; the addresses that could not be served (a port in use, an
+    address not on this host), to be said without a traceback."""
+    load = partial(load_config, args.config, listen=args.listen)
+    problems: list[OSError] = []
     try:
-        load = partial(load_config, args.config, listen=args.listen)
         if args.worker_fd is not None:
             worker = (args.worker_fd, args.lifeline_fd)
             trio.run(partial(_serve_until_signalled, config, load, worker))
@@ -219,11 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             trio.run(partial(_serve_until_signalled, config, load))
     except* OSError as group:
-        # A port in use, an address not on this host: say so, without a traceback.
-        for exc in _leaves(group):
-            print(f"trio-gateway: cannot serve: {exc}", file=sys.stderr)
-        failed = True
-    return 1 if failed else 0
+        problems = _leaves(group)
+    return problems
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ gates and health objects themselves, so they can never drift from the truth.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
@@ -22,6 +22,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
+
+from trio_gateway.log_queue import DROPPED
 
 if TYPE_CHECKING:
     from trio_gateway.events import Usage
@@ -212,6 +214,27 @@ class ToolCallStopCollector(Collector):
         yield stops
 
 
+class LogDropCollector(Collector):
+    """``gateway_log_records_dropped_total{level}``: log records the process did not write, its
+    log's queue full behind a reader that did not keep up, or stderr closed (log_queue.py).
+    Logging is the process's, so these are too: every gateway in one process reports the same
+    counts."""
+
+    def __init__(self, read: Callable[[], Mapping[str, int]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        dropped = CounterMetricFamily(
+            "gateway_log_records_dropped",
+            "Log records not written: the log's queue was full (its reader too slow or stuck),"
+            " or stderr refused them",
+            labels=["level"],
+        )
+        for level, records in self._read().items():
+            dropped.add_metric([level], records)
+        yield dropped
+
+
 class LeaseCollector(Collector):
     """max_inflight leased in Redis (gate.py): the broker keeps plain counts, read here."""
 
@@ -345,6 +368,7 @@ class Metrics:
         for result in ("applied", "rejected"):
             self.config_reloads.labels(result)
         registry.register(_LiveCollector(read_providers))
+        registry.register(LogDropCollector(DROPPED.by_level))
         # The series every request touches, looked up without labels() (see Children).
         self._requests = Children(self.requests)
         self._http_requests = Children(self.http_requests)

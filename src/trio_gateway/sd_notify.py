@@ -3,7 +3,8 @@
 ``READY=1`` once the gateway listens (so ``systemctl start`` returns when it can serve, and
 units ordered after it start then), ``RELOADING=1`` / ``READY=1`` around a reload, and
 ``STOPPING=1`` when the drain begins. Without ``$NOTIFY_SOCKET`` (not under systemd) nothing
-is sent. A failure to send is logged, never raised: the gateway serves either way.
+is sent. A failure to send (a full receiver included: it is never waited for) is logged, never
+raised: the gateway serves either way.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def notify(state: str, environ: Mapping[str, str] | None = None) -> bool:
         address = "\0" + address[1:]
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            # One small datagram to a local socket: it does not block in practice.
+            # Sent from the event loop: a receiver whose queue is full (systemd busy) makes
+            # this fail and be logged, not wait and stop the gateway.
+            sock.setblocking(False)
             sock.connect(address)
             sock.sendall(state.encode())
     except OSError as exc:

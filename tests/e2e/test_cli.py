@@ -32,7 +32,9 @@ def default_config_on_free_ports(tmp_path: Path) -> tuple[Path, int]:
     return path, gateway_port
 
 
-def wait_ready(port: int, proc: subprocess.Popen[str], timeout_s: float = 20) -> None:
+def wait_ready(
+    port: int, proc: subprocess.Popen[str] | subprocess.Popen[bytes], timeout_s: float = 20
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()[1]

@@ -68,8 +68,9 @@ ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 # The oldest Kubernetes the manifests claim (no preStop `sleep` action, for one) and the newest
 # that kubernetes-validate ships schemas for.
 K8S_VERSIONS = ("1.29", "1.37")
-# docs/operations.md: the grace period after SIGTERM must exceed drain_timeout_s by this much.
-DRAIN_MARGIN_S = 3
+# docs/operations.md: the grace period after SIGTERM must exceed drain_timeout_s by this much
+# (the drain's margin, 2 s; the log's flush at exit, at most 2 s; the exit).
+DRAIN_MARGIN_S = 5
 # vLLM loads and compiles for minutes: its startupProbe must allow this long.
 VLLM_STARTUP_S = 600
 # Flags the gateway relies on (docs/providers.md, upstream-facts): tool calls, reasoning,

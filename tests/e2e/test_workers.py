@@ -251,7 +251,7 @@ def test_systemd_hears_ready_reloading_and_stopping_from_the_main_process(
             try:
                 pid, ready = receive(sock)
                 assert (pid, ready["READY"]) == (proc.pid, "1"), ready
-                wait_ready(port, proc)  # type: ignore[arg-type]
+                wait_ready(port, proc)
                 if workers == 1:
                     proc.send_signal(signal.SIGHUP)
                     pid, message = receive(sock)
