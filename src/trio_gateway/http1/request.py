@@ -29,6 +29,7 @@ from typing import Literal
 import attrs
 import httptools
 
+from trio_gateway.http1.callbacks import Forward
 from trio_gateway.http1.chunks import ChunkFramer
 from trio_gateway.http1.errors import H1Error
 
@@ -67,11 +68,12 @@ class RequestParser:
     """One connection's requests, one at a time: :meth:`head` with a whole head, then
     :meth:`body` with the bytes after it until :attr:`body_done`; then the next :meth:`head`.
 
-    After any :class:`H1Error` the parser is spent (so is the connection)."""
+    After any :class:`H1Error` the parser is spent (so is the connection). llhttp's own parser
+    lives from a head to its request's end: not held through the answer (thousands at once)."""
 
     def __init__(self, *, max_body_bytes: int) -> None:
         self.max_body_bytes = max_body_bytes
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser: httptools.HttpRequestParser | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -120,8 +122,11 @@ class RequestParser:
         self._complete = True
 
     def _feed(self, data: bytes) -> None:
+        parser = self._parser
+        assert parser is not None
+        _FORWARD.current = self
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             pass  # Upgrade or CONNECT: the head is whole; what follows is not HTTP/1.x's
         except httptools.HttpParserCallbackError as exc:
@@ -134,12 +139,15 @@ class RequestParser:
         except httptools.HttpParserError as exc:
             reason = str(exc)
             raise H1Error(f"malformed request: {reason}", _status_of(reason)) from None
+        finally:
+            _FORWARD.current = None
 
     # --- the head -----------------------------------------------------------------------------
 
     def head(self, block: bytes) -> RequestHead:
         """The request whose head is ``block``, its blank line included (:func:`find_head_end`)."""
         self._reset()
+        self._parser = parser = httptools.HttpRequestParser(_FORWARD)
         if len(block) > MAX_HEAD_BYTES:
             raise H1Error(f"a request head larger than {MAX_HEAD_BYTES} bytes", 431)
         line_end = block.find(b"\r\n")
@@ -153,7 +161,6 @@ class RequestParser:
         self._feed(block)
         if not self._headers_done:
             raise H1Error("malformed request: the head did not end at its blank line")
-        parser = self._parser
         version = parser.get_http_version()
         if version not in ("1.1", "1.0"):
             raise H1Error(f"HTTP version {version} is not supported", 505)
@@ -176,6 +183,8 @@ class RequestParser:
             self.body_done = not self._remaining
             if self.body_done and not self._complete:
                 raise H1Error("malformed request: a body the head does not declare")
+        if self.body_done:
+            self._parser = None
         return head
 
     # --- the body -----------------------------------------------------------------------------
@@ -197,8 +206,13 @@ class RequestParser:
         if ended != self._complete:
             raise H1Error("malformed request: the body's framing is ambiguous")
         self.body_done = ended
+        if ended:
+            self._parser = None
         pieces, self._pieces = self._pieces, []
         return pieces, used
+
+
+_FORWARD = Forward(RequestParser)
 
 
 def _status_of(reason: str) -> int:

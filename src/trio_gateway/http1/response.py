@@ -23,6 +23,7 @@ import zlib
 
 import httptools
 
+from trio_gateway.http1.callbacks import Forward
 from trio_gateway.http1.errors import H1Error
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -99,7 +100,7 @@ class ResponseParser:
     skipped), then the body's bytes (:meth:`feed` again, until :attr:`done`)."""
 
     def __init__(self) -> None:
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser = httptools.HttpResponseParser(_FORWARD)
         self._reason = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._head: ResponseHead | None = None
@@ -184,6 +185,7 @@ class ResponseParser:
             self.extra = self.extra or bool(data)
             return self._head
         self._quiet += len(data)
+        _FORWARD.current = self
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -200,6 +202,8 @@ class ResponseParser:
             # llhttp refuses what follows a response that closes its connection (``Data after
             # Connection: close``): the response itself is whole.
             self.extra = True
+        finally:
+            _FORWARD.current = None
         if self._quiet > MAX_HEAD_BYTES:
             what = "head" if self._head is None else "run of framing bytes"
             raise H1Error(f"a response {what} larger than {MAX_HEAD_BYTES} bytes")
@@ -250,6 +254,9 @@ class ResponseParser:
             return
         if not self.done:
             raise H1Error("connection lost (the body ended before its end)")
+
+
+_FORWARD = Forward(ResponseParser)
 
 
 class _Stop(Exception):
