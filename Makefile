@@ -115,16 +115,21 @@ $(MUTATION_STAMP): $(STAMP) pyproject.toml
 # Mutation testing of the core (docs/testing.md, "Mutation testing"): not part of `make test`.
 # mutmut copies the tree into mutants/; a stale copy would test old code, so each target starts
 # clean. Two parts, each meant to fit well under 30 minutes on 2 cores: `mutation-core` (the
-# request path, the stream decoders, health) and `mutation-providers` (all of providers/).
+# request path, the stream decoders, health) and `mutation-providers` (the rest of providers/).
 # `make mutation` runs both in one mutmut run (one type check, one collection of statistics).
 # tools/mutation/mutmut_main.py is mutmut with three of its fixed costs cut (same decisions).
 MUTMUT_RUN = PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m tools.mutation.mutmut_main run \
 	--max-children $(or $(MUTATION_JOBS),2)
-MUTATION_CORE = trio_gateway.pipeline. trio_gateway.relay. trio_gateway.request. \
-	trio_gateway.toolcalls. trio_gateway.sse. trio_gateway.http1. trio_gateway.upstream_errors. \
-	trio_gateway.fronts.openai_chunks. trio_gateway.health. trio_gateway.replica_policy. \
-	trio_gateway.toolcall_stop.
-MUTATION_PROVIDERS = trio_gateway.providers.
+MUTATION_CORE = trio_gateway.dispatch.router. trio_gateway.dispatch.relay. \
+	trio_gateway.core.request. trio_gateway.core.toolcalls. trio_gateway.core.sse. trio_gateway.http1. \
+	trio_gateway.providers.errors. trio_gateway.fronts.openai_chunks. trio_gateway.capacity.health. \
+	trio_gateway.capacity.replica_policy. trio_gateway.providers.toolcall_stop.
+# providers/ but the two shared modules counted as core above (their home before the layout).
+MUTATION_PROVIDERS = trio_gateway.providers.upstream. trio_gateway.providers.dialect. \
+	trio_gateway.providers.translate. trio_gateway.providers.read_timer. \
+	trio_gateway.providers.httpx_errors. trio_gateway.providers.credentials. \
+	trio_gateway.providers.openai_compatible. trio_gateway.providers.openai. \
+	trio_gateway.providers.anthropic. trio_gateway.providers.gemini.
 
 mutation: $(MUTATION_STAMP)
 	rm -rf mutants

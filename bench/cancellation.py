@@ -67,7 +67,7 @@ from bench.cancellation_load import (
 from bench.harness import git_commit
 from bench.processes import PYTHON, Child, ProcessFailed, free_port, log_tail, running
 from bench.procstat import Sampler, loadavg
-from trio_gateway.config import ProviderConfig
+from trio_gateway.config.schema import ProviderConfig
 
 MODES = ("direct", "gateway", "naive")
 # Filler words for prompts: each is exactly one simulator token (docs/simulator.md).

@@ -12,9 +12,9 @@ import json
 import time
 from collections.abc import Sequence
 
+from trio_gateway.core.sse import SSEDecoder
 from trio_gateway.fronts.openai_chunks import ChunkEncoder
-from trio_gateway.providers.openai_compatible import ChunkParser
-from trio_gateway.sse import SSEDecoder
+from trio_gateway.providers.openai_compatible.dialect import ChunkParser
 
 # A content chunk exactly as vLLM 0.32 sends it (tests/fixtures/vllm-0.32.0).
 VLLM_CHUNK = {

@@ -63,7 +63,7 @@ from bench.fleet_load import (
 from bench.harness import ALIAS, SERVED_MODEL, Common, _spawn, fmt
 from bench.processes import PYTHON, Child, ProcessFailed, _stop, _wait_ready, quiet_ports
 from bench.procstat import loadavg
-from trio_gateway.providers.vllm_signals import parse_vllm_metrics
+from trio_gateway.providers.openai_compatible.signals import parse_vllm_metrics
 from trio_gateway.sim.text import count_prompt
 
 SCENARIO = "fleet"

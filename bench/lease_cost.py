@@ -23,8 +23,8 @@ from contextlib import contextmanager
 import trio
 
 from bench.processes import free_port
-from trio_gateway.gate import LeaseBroker, LocalGate, SharedGate
-from trio_gateway.redis_client import RedisError, open_redis
+from trio_gateway.capacity.gate import LeaseBroker, LocalGate, SharedGate
+from trio_gateway.redis.client import RedisError, open_redis
 
 START_TIMEOUT_S = 10.0
 

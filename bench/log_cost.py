@@ -51,7 +51,7 @@ import trio
 from bench.processes import quiet_ports
 from bench.procstat import cpu_seconds
 from bench.rawhttp import RequestFailed, Response, connect
-from trio_gateway.access import (
+from trio_gateway.ops.access import (
     JsonFormatter,
     RequestContext,
     RequestIdFilter,
@@ -60,8 +60,8 @@ from trio_gateway.access import (
     log_access,
     request_context,
 )
-from trio_gateway.log_queue import DroppedRecords, LogQueue
-from trio_gateway.tracing import new_trace
+from trio_gateway.ops.log_queue import DroppedRecords, LogQueue
+from trio_gateway.ops.tracing import new_trace
 
 PACE_EVERY = 16  # lines between two sleeps of the paced writer
 CONNECTIONS = 8

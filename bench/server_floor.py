@@ -25,8 +25,8 @@ import trio
 
 from trio_gateway.fronts.http import read_body
 from trio_gateway.http1.client import H1Pool
-from trio_gateway.listen import Connections, serve_asgi
-from trio_gateway.server import hypercorn_config, listening_sockets
+from trio_gateway.http1.listen import Connections, serve_asgi
+from trio_gateway.process.serve import hypercorn_config, listening_sockets
 
 # What the gateway answers scenario A's request (its size and headers; the values do not matter).
 ANSWER = json.dumps(

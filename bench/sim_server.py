@@ -34,7 +34,7 @@ from typing import IO, Any
 import trio
 
 from bench.procstat import raise_nofile_limit
-from trio_gateway.server import freeze_start_up
+from trio_gateway.process.serve import freeze_start_up
 from trio_gateway.sim.cli import parse_args as parse_sim_args
 from trio_gateway.sim.config import SimConfig
 from trio_gateway.sim.engine import SimEngine, SimSequence

@@ -28,7 +28,7 @@ def main() -> int:
 
     tracemalloc.start(frames)
     signal.signal(signal.SIGUSR1, snapshot)
-    from trio_gateway.cli import main as gateway_main
+    from trio_gateway.cli.main import main as gateway_main
 
     return gateway_main(rest)
 

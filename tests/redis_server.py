@@ -12,7 +12,7 @@ import pytest
 import trio
 from bench.processes import free_port
 
-from trio_gateway.redis_client import RedisError, open_redis
+from trio_gateway.redis.client import RedisError, open_redis
 
 REDIS_BINARY = "redis-server"
 START_TIMEOUT_S = 10.0

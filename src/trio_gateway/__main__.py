@@ -1,5 +1,5 @@
 import sys
 
-from trio_gateway.cli import main
+from trio_gateway.cli.main import main
 
 sys.exit(main())

@@ -32,7 +32,7 @@ import attrs
 import trio
 import trio_websocket
 
-from trio_gateway.fronts.events_codec import CLOSE_KEEPALIVE_TIMEOUT, TERMINAL_TYPES, VERSION
+from trio_gateway.core.events_codec import CLOSE_KEEPALIVE_TIMEOUT, TERMINAL_TYPES, VERSION
 
 log = logging.getLogger("trio_gateway.client")
 

@@ -11,8 +11,9 @@ import attrs
 import httpx
 import trio
 
-from trio_gateway.config import GatewayConfig, parse_config
-from trio_gateway.server import GatewayHandle, serve_gateway
+from trio_gateway.config.load import parse_config
+from trio_gateway.config.schema import GatewayConfig
+from trio_gateway.process.serve import GatewayHandle, serve_gateway
 from trio_gateway.sim import SimConfig, SimHandle, serve_sim
 
 # A fast fake GPU: tests wait on events, but tokens still take real time to arrive.

@@ -12,7 +12,7 @@ import pytest
 import trio_websocket
 
 from tests.e2e.harness import Stack, chat
-from trio_gateway.fronts.events_codec import TERMINAL_TYPES
+from trio_gateway.core.events_codec import TERMINAL_TYPES
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"

@@ -28,10 +28,10 @@ from tests.e2e.harness import (
     running_sim,
 )
 from tests.e2e.test_cli import CLI, REPO
-from trio_gateway.auth import hash_key, new_key
-from trio_gateway.cli_keys import write_atomically
-from trio_gateway.config import parse_config
-from trio_gateway.fronts.events_codec import TERMINAL_TYPES
+from trio_gateway.cli.keys import write_atomically
+from trio_gateway.config.load import parse_config
+from trio_gateway.core.events_codec import TERMINAL_TYPES
+from trio_gateway.core.keys import hash_key, new_key
 
 TIMEOUT_S = 20
 

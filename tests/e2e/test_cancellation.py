@@ -21,7 +21,7 @@ from tests.e2e.harness import (
     script,
     wait_until,
 )
-from trio_gateway.server import GatewayHandle
+from trio_gateway.process.serve import GatewayHandle
 from trio_gateway.sim import SimHandle
 
 LONG = script({"text_tokens": 5000})

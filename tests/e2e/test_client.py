@@ -38,7 +38,7 @@ from trio_gateway.client import (
     Usage,
     connect,
 )
-from trio_gateway.server import GatewayHandle, serve_gateway
+from trio_gateway.process.serve import GatewayHandle, serve_gateway
 
 TIMEOUT_S = 10
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]

@@ -20,9 +20,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from tests.e2e.harness import FAST_SIM, chat, running_gateway, script, wait_until
-from trio_gateway.config import parse_config
-from trio_gateway.pipeline import QUOTA_COOL_DOWN_S
-from trio_gateway.server import GatewayHandle
+from trio_gateway.config.load import parse_config
+from trio_gateway.dispatch.router import QUOTA_COOL_DOWN_S
+from trio_gateway.process.serve import GatewayHandle
 from trio_gateway.sim import SimHandle, serve_sim
 
 KEYS = {

@@ -48,10 +48,11 @@ from tests.e2e.harness import (
     script,
     wait_until,
 )
-from trio_gateway.config import GatewayConfig, ServerConfig, parse_config
-from trio_gateway.fronts.events_codec import TERMINAL_TYPES
-from trio_gateway.replica_policy import Affinity, ReplicaView, session_key
-from trio_gateway.server import GatewayHandle
+from trio_gateway.capacity.replica_policy import Affinity, ReplicaView, session_key
+from trio_gateway.config.load import parse_config
+from trio_gateway.config.schema import GatewayConfig, ServerConfig
+from trio_gateway.core.events_codec import TERMINAL_TYPES
+from trio_gateway.process.serve import GatewayHandle
 from trio_gateway.sim import SimConfig, SimHandle
 
 ROOT = Path(__file__).resolve().parents[2]

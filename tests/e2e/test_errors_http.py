@@ -17,7 +17,7 @@ from tests.e2e.harness import (
     running_sim,
     script,
 )
-from trio_gateway.app import ROUTES
+from trio_gateway.fronts.app import ROUTES
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import httpx
 
 from tests.e2e.harness import Stack, chat, script, wait_until
 from tests.e2e.test_cancellation import LONG, wait_for_abort
-from trio_gateway.sse import SSEDecoder
+from trio_gateway.core.sse import SSEDecoder
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
 

@@ -14,8 +14,8 @@ import trio
 import trio.testing
 
 from tests.redis_server import RedisServer, pause, resume, running_redis
-from trio_gateway.gate import POLL_MAX_S, GateStats, LeaseBroker, SharedGate
-from trio_gateway.redis_client import open_redis
+from trio_gateway.capacity.gate import POLL_MAX_S, GateStats, LeaseBroker, SharedGate
+from trio_gateway.redis.client import open_redis
 
 TTL_S = 0.6
 TIMEOUT_S = 0.25

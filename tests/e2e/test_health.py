@@ -17,7 +17,7 @@ from tests.e2e.harness import (
     script,
     wait_until,
 )
-from trio_gateway.health import State
+from trio_gateway.capacity.health import State
 from trio_gateway.sim import SimHandle, serve_sim
 
 PROBES = (

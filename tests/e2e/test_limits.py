@@ -30,11 +30,11 @@ from tests.e2e.harness import (
 from tests.e2e.test_auth import ws_round_trip
 from tests.e2e.test_usage_ledger import PAUSE_AFTER_K, K, ledger_rows, read_k_content_chunks
 from tests.redis_server import RedisServer, pause, resume, running_redis
-from trio_gateway.auth import hash_key, new_key
-from trio_gateway.config import parse_config
-from trio_gateway.limit_store import AdmitArgs, RedisStore
-from trio_gateway.redis_client import open_redis
-from trio_gateway.server import GatewayHandle
+from trio_gateway.accounting.limit_store import AdmitArgs, RedisStore
+from trio_gateway.config.load import parse_config
+from trio_gateway.core.keys import hash_key, new_key
+from trio_gateway.process.serve import GatewayHandle
+from trio_gateway.redis.client import open_redis
 
 TIMEOUT_S = 20
 CLI = [sys.executable, "-m", "trio_gateway"]

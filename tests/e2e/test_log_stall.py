@@ -30,7 +30,7 @@ from bench.processes import quiet_ports
 from bench.rawhttp import Response, StreamResult, connect, post_bytes, stream_chat
 
 from tests.e2e.test_cli import CLI, wait_ready
-from trio_gateway.log_queue import FLUSH_AT_EXIT_S, LOG_QUEUE_RECORDS
+from trio_gateway.ops.log_queue import FLUSH_AT_EXIT_S, LOG_QUEUE_RECORDS
 
 # Every request logs one line (two for a chat request: the gateway's access line and the
 # embedded simulator's), more than the queue and the pipe hold together: some must be dropped.

@@ -5,9 +5,9 @@ selection: pipeline's shared-gate branch has no other test there)."""
 from __future__ import annotations
 
 from tests.redis_server import running_redis
-from trio_gateway.gate import LeaseBroker
-from trio_gateway.pipeline import _give_back, _try_take
-from trio_gateway.redis_client import open_redis
+from trio_gateway.capacity.gate import LeaseBroker
+from trio_gateway.dispatch.router import _give_back, _try_take
+from trio_gateway.redis.client import open_redis
 
 
 async def test_a_slot_taken_by_one_request_and_given_back_is_free_for_the_next() -> None:

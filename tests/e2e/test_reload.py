@@ -26,11 +26,11 @@ from tests.e2e.harness import (
     wait_until,
 )
 from tests.redis_server import running_redis
-from trio_gateway import auth
-from trio_gateway.config import load_config
-from trio_gateway.live import Running
+from trio_gateway.config.load import load_config
+from trio_gateway.core import keys as key_file
+from trio_gateway.dispatch.live import Running
+from trio_gateway.process.serve import GatewayHandle
 from trio_gateway.providers.upstream import Upstream
-from trio_gateway.server import GatewayHandle
 from trio_gateway.sim import SimHandle
 
 ENV = {"SIM_KEY": "sim-key"}
@@ -273,9 +273,9 @@ async def test_probes_start_and_stop_with_their_providers(tmp_path: Path) -> Non
 
 async def test_a_reload_reads_the_keys_file_it_names(tmp_path: Path) -> None:
     """The new file names another keys file: its keys work at once, the old file's do not."""
-    old_key, new_key = auth.new_key(), auth.new_key()
-    (tmp_path / "old.toml").write_text(f'[keys.a]\nsha256 = "{auth.hash_key(old_key)}"\n')
-    (tmp_path / "new.toml").write_text(f'[keys.b]\nsha256 = "{auth.hash_key(new_key)}"\n')
+    old_key, new_key = key_file.new_key(), key_file.new_key()
+    (tmp_path / "old.toml").write_text(f'[keys.a]\nsha256 = "{key_file.hash_key(old_key)}"\n')
+    (tmp_path / "new.toml").write_text(f'[keys.b]\nsha256 = "{key_file.hash_key(new_key)}"\n')
     path = tmp_path / "gateway.toml"
     async with running_sim() as blue:
 

@@ -26,9 +26,9 @@ from tests.e2e.harness import (
     script,
     wait_until,
 )
-from trio_gateway.providers.replicas import ReplicaSet
-from trio_gateway.replica_policy import Affinity, ReplicaView, session_key
-from trio_gateway.server import GatewayHandle
+from trio_gateway.capacity.replica_policy import Affinity, ReplicaView, session_key
+from trio_gateway.process.serve import GatewayHandle
+from trio_gateway.providers.openai_compatible.replicas import ReplicaSet
 from trio_gateway.sim import SimHandle, serve_sim
 
 
@@ -280,7 +280,7 @@ async def test_each_replica_shows_its_prefix_cache_hit_rate_on_metrics() -> None
     ],
 )
 def test_replica_config_errors(extra: str, message: str) -> None:
-    from trio_gateway.config import ConfigError
+    from trio_gateway.config.schema import ConfigError
 
     routing = "round_robin" if extra else "sticky"
     text = replicas_toml("http://a:8000", "http://b:8000", routing=routing) + extra + "\n"

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from tests.e2e.harness import Stack, chat, gateway_config, provider_toml, running_sim, script
-from trio_gateway.server import GatewayHandle, serve_gateway
+from trio_gateway.process.serve import GatewayHandle, serve_gateway
 
 
 async def test_drain_lets_short_answers_finish_and_ends_long_ones_cleanly() -> None:

@@ -24,7 +24,7 @@ from tests.e2e.harness import (
 )
 from tests.e2e.test_cancellation import LONG
 from tests.e2e.test_health import PROBES
-from trio_gateway.health import State
+from trio_gateway.capacity.health import State
 from trio_gateway.sim import SimHandle, serve_sim
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from tests.e2e.harness import (
     script,
     wait_until,
 )
-from trio_gateway.config import GatewayConfig
+from trio_gateway.config.schema import GatewayConfig
 
 CLI = [sys.executable, "-m", "trio_gateway"]
 K = 5

@@ -26,7 +26,7 @@ from tests.e2e.harness import (
     wait_until,
 )
 from tests.e2e.test_cancellation import LONG, wait_for_abort
-from trio_gateway.fronts.events_codec import TERMINAL_TYPES
+from trio_gateway.core.events_codec import TERMINAL_TYPES
 from trio_gateway.sim import SimConfig
 
 TIMEOUT_S = 10

@@ -9,8 +9,8 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_gateway.access import TEXT_FORMAT, JsonFormatter, RequestContext, TextFormatter
-from trio_gateway.tracing import new_trace
+from trio_gateway.ops.access import TEXT_FORMAT, JsonFormatter, RequestContext, TextFormatter
+from trio_gateway.ops.tracing import new_trace
 
 seconds = st.floats(min_value=0.0, max_value=1e6, allow_nan=False)
 maybe_text = st.none() | st.text(alphabet="abc-_:", min_size=1, max_size=8)

@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from trio_gateway.config import Capability, ProviderConfig
-from trio_gateway.errors import (
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
@@ -32,7 +33,7 @@ from trio_gateway.errors import (
     UpstreamServerError,
     UpstreamTimeout,
 )
-from trio_gateway.events import (
+from trio_gateway.core.events import (
     Event,
     ReasoningDelta,
     ResponseDone,
@@ -42,7 +43,9 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
-from trio_gateway.providers.anthropic import (
+from trio_gateway.core.request import validate_chat_body
+from trio_gateway.core.sse import SSEDecoder, SSEEvent
+from trio_gateway.providers.anthropic.dialect import (
     DROPPED_FIELDS,
     MAX_OPEN_BLOCKS,
     MAX_TOOL_CALLS,
@@ -51,10 +54,8 @@ from trio_gateway.providers.anthropic import (
     classify_error,
     parse_whole,
 )
-from trio_gateway.providers.anthropic_request import LEADING_USER_TEXT, build_body
+from trio_gateway.providers.anthropic.request import LEADING_USER_TEXT, build_body
 from trio_gateway.providers.dialect import Dialect
-from trio_gateway.request import validate_chat_body
-from trio_gateway.sse import SSEDecoder, SSEEvent
 
 NAME = "claude-a"
 PROVIDER = ProviderConfig(

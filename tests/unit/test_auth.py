@@ -10,22 +10,23 @@ from pathlib import Path
 
 import pytest
 
-from trio_gateway import auth
-from trio_gateway.auth import (
+from trio_gateway.accounting.key_store import KeyStore
+from trio_gateway.config.checks import is_loopback
+from trio_gateway.config.load import parse_config
+from trio_gateway.config.schema import ConfigError
+from trio_gateway.core import keys as key_file
+from trio_gateway.core.errors import Forbidden, InvalidRequest, Unauthorized
+from trio_gateway.core.keys import (
     KEY_PREFIX,
     KeyRing,
     KeysFileError,
-    KeyStore,
     bearer_token,
     hash_key,
     new_key,
     parse_keys,
 )
-from trio_gateway.config import ConfigError, parse_config
-from trio_gateway.config_checks import is_loopback
-from trio_gateway.errors import Forbidden, InvalidRequest, Unauthorized
+from trio_gateway.core.request import validate_chat_body
 from trio_gateway.fronts.auth import authorize, websocket_handshake
-from trio_gateway.request import validate_chat_body
 
 ALICE = "tgw-alice-secret"
 BOB = "tgw-bob-secret"
@@ -238,7 +239,7 @@ def test_an_unchanged_file_is_not_read_again(
         reads.append(str(path))
         return ""
 
-    monkeypatch.setattr(auth, "read_keys_file", read)
+    monkeypatch.setattr(key_file, "read_keys_file", read)
     clock.now += 5
     assert keys.ring().lookup(ALICE) is not None
     assert reads == []

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from trio_gateway.cli import main
-from trio_gateway.config import Capability, ConfigError, load_config, parse_config
+from trio_gateway.cli.main import main
+from trio_gateway.config.load import load_config, parse_config
+from trio_gateway.config.schema import ConfigError
+from trio_gateway.core.capability import Capability
 
 REPO = Path(__file__).resolve().parents[2]
 

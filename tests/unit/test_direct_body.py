@@ -14,13 +14,13 @@ import pytest
 import trio
 import trio.lowlevel
 
+from trio_gateway.dispatch.relay import ClientLeft, ClientStalled
 from trio_gateway.fronts.direct import (
     CLIENT_NOTSENT_LOWAT_BYTES,
     ClientSocket,
     DirectBody,
     unacked_bytes,
 )
-from trio_gateway.relay import ClientLeft, ClientStalled
 
 STALL_S = 0.6
 

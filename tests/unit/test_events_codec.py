@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trio_gateway import client
-from trio_gateway.config import ConfigError, WebSocketConfig, parse_config
-from trio_gateway.errors import (
+from trio_gateway.config.load import parse_config
+from trio_gateway.config.schema import ConfigError, WebSocketConfig
+from trio_gateway.core.errors import (
     AllProvidersFailed,
     GatewayError,
     InvalidRequest,
@@ -21,7 +22,7 @@ from trio_gateway.errors import (
     UpstreamRateLimited,
     UpstreamServerError,
 )
-from trio_gateway.events import (
+from trio_gateway.core.events import (
     ErrorEvent,
     Event,
     ReasoningDelta,
@@ -33,7 +34,7 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
-from trio_gateway.fronts.events_codec import (
+from trio_gateway.core.events_codec import (
     TERMINAL_TYPES,
     CancelMessage,
     EventEncoder,
@@ -47,7 +48,7 @@ from trio_gateway.fronts.events_codec import (
     refusal,
     sse_frame,
 )
-from trio_gateway.sse import SSEDecoder
+from trio_gateway.core.sse import SSEDecoder
 
 # (internal event, its wire type, its wire payload)
 EVENT_TABLE: list[tuple[Event, str, dict[str, Any]]] = [

@@ -7,7 +7,7 @@ import random
 import trio
 import trio.testing
 
-from trio_gateway.gate import GateStats, LocalGate
+from trio_gateway.capacity.gate import GateStats, LocalGate
 
 
 async def test_never_more_than_max_inflight_holders(autojump_clock: trio.testing.MockClock) -> None:

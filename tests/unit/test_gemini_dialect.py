@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_gateway.config import Capability, ProviderConfig
-from trio_gateway.errors import (
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
@@ -29,7 +30,7 @@ from trio_gateway.errors import (
     UpstreamServerError,
     UpstreamTimeout,
 )
-from trio_gateway.events import (
+from trio_gateway.core.events import (
     Event,
     ReasoningDelta,
     ResponseDone,
@@ -39,7 +40,9 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
-from trio_gateway.providers.gemini import (
+from trio_gateway.core.request import validate_chat_body
+from trio_gateway.core.sse import SSEDecoder, SSEEvent
+from trio_gateway.providers.gemini.dialect import (
     FINISH_REASONS,
     GeminiDialect,
     GeminiStreamParser,
@@ -47,14 +50,12 @@ from trio_gateway.providers.gemini import (
     classify_error,
     parse_whole,
 )
-from trio_gateway.providers.gemini_request import (
+from trio_gateway.providers.gemini.request import (
     DROPPED_FIELDS,
     SKIP_SIGNATURE,
     build_body,
     int32_seed,
 )
-from trio_gateway.request import validate_chat_body
-from trio_gateway.sse import SSEDecoder, SSEEvent
 
 GEMINI = ProviderConfig(
     name="gem",

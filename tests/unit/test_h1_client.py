@@ -13,7 +13,7 @@ from functools import partial
 import pytest
 import trio
 
-from trio_gateway.errors import UpstreamProtocolError, UpstreamUnreachable
+from trio_gateway.core.errors import UpstreamProtocolError, UpstreamUnreachable
 from trio_gateway.http1.client import (
     H1Pool,
     H1Response,

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from tests.unit.test_h1_client import chunk, pool, read_all, read_request, server
-from trio_gateway.errors import UpstreamProtocolError
+from trio_gateway.core.errors import UpstreamProtocolError
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
 

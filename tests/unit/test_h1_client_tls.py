@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from trio_gateway.errors import UpstreamProtocolError, UpstreamUnreachable
+from trio_gateway.core.errors import UpstreamProtocolError, UpstreamUnreachable
 from trio_gateway.http1.client import H1Pool
 
 

@@ -9,11 +9,11 @@ from contextlib import contextmanager
 import attrs
 import trio
 
-from trio_gateway.access import RequestContext, request_context
+from trio_gateway.dispatch.relay import CLIENT_GONE, Outcome
 from trio_gateway.fronts.chat import HangUpCancel
 from trio_gateway.http1.hang_ups import HangUps
-from trio_gateway.relay import CLIENT_GONE, Outcome
-from trio_gateway.tracing import new_trace
+from trio_gateway.ops.access import RequestContext, request_context
+from trio_gateway.ops.tracing import new_trace
 
 
 @attrs.define

@@ -9,15 +9,15 @@ import pytest
 import trio
 import trio.testing
 
-from trio_gateway.config import ProviderConfig
-from trio_gateway.errors import UpstreamUnreachable
-from trio_gateway.health import (
+from trio_gateway.capacity.health import (
     HealthSnapshot,
     ProviderHealth,
     State,
     log_transition,
     probe_service,
 )
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.errors import UpstreamUnreachable
 
 
 def config(**fields: object) -> ProviderConfig:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_gateway.lag import LagMeter
+from trio_gateway.ops.lag import LagMeter
 
 EVERY_S = 0.25
 

@@ -10,11 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from trio_gateway.accounting import STORE_ERROR_LOG_INTERVAL_S, Admission, Limits
-from trio_gateway.auth import ApiKey
-from trio_gateway.errors import LimitsUnavailable
-from trio_gateway.limit_store import AdmitArgs, AdmitResult, MemoryStore
-from trio_gateway.limits import (
+from trio_gateway.accounting.admission import STORE_ERROR_LOG_INTERVAL_S, Admission, Limits
+from trio_gateway.accounting.limit_store import AdmitArgs, AdmitResult, MemoryStore
+from trio_gateway.accounting.limits import (
     Prices,
     cost_nanos,
     gcra,
@@ -23,8 +21,10 @@ from trio_gateway.limits import (
     reserve_tokens,
     reset_text,
 )
-from trio_gateway.redis_client import RedisError
-from trio_gateway.usage import UsageRecord
+from trio_gateway.core.errors import LimitsUnavailable
+from trio_gateway.core.keys import ApiKey
+from trio_gateway.core.usage import UsageRecord
+from trio_gateway.redis.client import RedisError
 
 
 @pytest.mark.parametrize(

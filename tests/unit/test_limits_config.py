@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.test_config import GOOD, problems
-from trio_gateway.config import GatewayConfig, parse_config
-from trio_gateway.ledger import ledger_path
-from trio_gateway.redis_url import RedisAddress, parse_redis_url
+from trio_gateway.accounting.ledger import ledger_path
+from trio_gateway.config.load import parse_config
+from trio_gateway.config.schema import GatewayConfig
+from trio_gateway.redis.url import RedisAddress, parse_redis_url
 
 
 def parse(text: str) -> GatewayConfig:

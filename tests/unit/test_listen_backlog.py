@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trio_gateway.server import LISTEN_BACKLOG, hypercorn_config, listening_sockets
+from trio_gateway.process.serve import LISTEN_BACKLOG, hypercorn_config, listening_sockets
 
 
 def test_the_gateway_listens_with_a_deep_accept_queue() -> None:

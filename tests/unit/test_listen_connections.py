@@ -7,7 +7,7 @@ import pytest
 import trio
 
 from tests.sockets import connected_pair
-from trio_gateway.listen import Connections
+from trio_gateway.http1.listen import Connections
 
 
 async def test_a_client_s_socket_is_found_by_its_peer_address() -> None:

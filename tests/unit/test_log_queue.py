@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from trio_gateway.access import (
+from trio_gateway.ops.access import (
     JsonFormatter,
     RequestContext,
     RequestIdFilter,
@@ -26,14 +26,14 @@ from trio_gateway.access import (
     log_access,
     request_context,
 )
-from trio_gateway.log_queue import (
+from trio_gateway.ops.log_queue import (
     DROPPED,
     DroppedRecords,
     LogQueue,
     configure_logging,
 )
-from trio_gateway.metrics import Metrics
-from trio_gateway.tracing import new_trace
+from trio_gateway.ops.metrics import Metrics
+from trio_gateway.ops.tracing import new_trace
 
 # A stuck writer must be given up on at its deadline, not long after; slack for a busy machine.
 CLOSE_DEADLINE_S = 0.3

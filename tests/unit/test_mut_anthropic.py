@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from trio_gateway.config import ProviderConfig
-from trio_gateway.errors import (
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
@@ -25,15 +25,15 @@ from trio_gateway.errors import (
     UpstreamServerError,
     UpstreamTimeout,
 )
-from trio_gateway.events import ResponseStarted, Usage
-from trio_gateway.providers.anthropic import (
+from trio_gateway.core.events import ResponseStarted, Usage
+from trio_gateway.core.request import validate_chat_body
+from trio_gateway.core.sse import SSEEvent
+from trio_gateway.providers.anthropic.dialect import (
     AnthropicDialect,
     classify_error,
     classify_stream_error,
     parse_whole,
 )
-from trio_gateway.request import validate_chat_body
-from trio_gateway.sse import SSEEvent
 
 AUTH = "cl: anthropic rejected the gateway's credential"
 

@@ -12,18 +12,19 @@ from typing import Any
 
 import pytest
 
-from trio_gateway.config import Capability, ProviderConfig
-from trio_gateway.errors import (
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import (
     GatewayError,
     InvalidRequest,
     QuotaExhausted,
     UnsupportedParameter,
     UpstreamServerError,
 )
-from trio_gateway.providers.anthropic_request import build_body, tool_use_id
-from trio_gateway.providers.openai import OpenAIDialect
-from trio_gateway.providers.openai import build_body as openai_body
-from trio_gateway.request import validate_chat_body
+from trio_gateway.core.request import validate_chat_body
+from trio_gateway.providers.anthropic.request import build_body, tool_use_id
+from trio_gateway.providers.openai.dialect import OpenAIDialect
+from trio_gateway.providers.openai.dialect import build_body as openai_body
 
 CLAUDE = ProviderConfig(name="claude", type="anthropic", model="claude-sonnet-4-5")
 USER = {"role": "user", "content": "hi"}

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from trio_gateway.errors import UpstreamProtocolError
-from trio_gateway.events import Event, ReasoningDelta, ResponseStarted, TextDelta, Usage
-from trio_gateway.providers.anthropic import AnthropicStreamParser
-from trio_gateway.sse import SSEEvent
-from trio_gateway.usage import PartialUsage
+from trio_gateway.core.errors import UpstreamProtocolError
+from trio_gateway.core.events import Event, ReasoningDelta, ResponseStarted, TextDelta, Usage
+from trio_gateway.core.sse import SSEEvent
+from trio_gateway.core.usage import PartialUsage
+from trio_gateway.providers.anthropic.dialect import AnthropicStreamParser
 
 MALFORMED = "cl sent a malformed stream: "
 START: dict[str, Any] = {"type": "message_start", "message": {"usage": {"input_tokens": 3}}}

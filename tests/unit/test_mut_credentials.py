@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from tests.unit.test_vertex_auth import KEY_FILE
-from trio_gateway.config import ProviderConfig, Secret
+from trio_gateway.config.schema import ProviderConfig, Secret
 from trio_gateway.providers.credentials import CredentialError, credential_source, read_key_file
-from trio_gateway.providers.vertex_auth import ServiceAccountTokens, StaticToken
+from trio_gateway.providers.gemini.vertex_auth import ServiceAccountTokens, StaticToken
 
 
 def provider(**fields: Any) -> ProviderConfig:

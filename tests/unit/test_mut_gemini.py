@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from trio_gateway.providers.gemini import _duration_s
+from trio_gateway.providers.gemini.errors import _duration_s
 
 
 @pytest.mark.parametrize(

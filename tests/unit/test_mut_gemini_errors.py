@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from trio_gateway.errors import (
+from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
@@ -24,7 +24,7 @@ from trio_gateway.errors import (
     UpstreamServerError,
     UpstreamTimeout,
 )
-from trio_gateway.providers.gemini import classify_error, classify_stream_error
+from trio_gateway.providers.gemini.errors import classify_error, classify_stream_error
 
 RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
 QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"

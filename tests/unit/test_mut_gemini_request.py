@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from trio_gateway.config import ProviderConfig
-from trio_gateway.errors import GatewayError, InvalidRequest, UnsupportedParameter
-from trio_gateway.providers.gemini_request import build_body, function_response, int32_seed
-from trio_gateway.request import validate_chat_body
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.errors import GatewayError, InvalidRequest, UnsupportedParameter
+from trio_gateway.core.request import validate_chat_body
+from trio_gateway.providers.gemini.request import build_body, function_response, int32_seed
 
 GEMINI = ProviderConfig(name="gem", type="gemini", model="gemini-2.5-flash", api_key_env="K")
 USER = {"role": "user", "content": "hi"}

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from trio_gateway.config import ProviderConfig
-from trio_gateway.errors import UpstreamProtocolError, UpstreamServerError
-from trio_gateway.events import (
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.errors import UpstreamProtocolError, UpstreamServerError
+from trio_gateway.core.events import (
     Event,
     ResponseDone,
     ResponseStarted,
@@ -22,7 +22,10 @@ from trio_gateway.events import (
     ToolCallDelta,
     Usage,
 )
-from trio_gateway.providers.gemini import (
+from trio_gateway.core.request import validate_chat_body
+from trio_gateway.core.sse import SSEEvent
+from trio_gateway.core.usage import PartialUsage
+from trio_gateway.providers.gemini.dialect import (
     MAX_TOOL_CALLS,
     GeminiDialect,
     GeminiStreamParser,
@@ -30,9 +33,6 @@ from trio_gateway.providers.gemini import (
     parse_usage,
     parse_whole,
 )
-from trio_gateway.request import validate_chat_body
-from trio_gateway.sse import SSEEvent
-from trio_gateway.usage import PartialUsage
 
 
 def frame(payload: object) -> SSEEvent:

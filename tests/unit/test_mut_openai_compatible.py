@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
-from trio_gateway.config import Capability, ProviderConfig
-from trio_gateway.errors import (
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import (
     InvalidRequest,
     UpstreamProtocolError,
     UpstreamRateLimited,
     UpstreamServerError,
 )
-from trio_gateway.events import (
+from trio_gateway.core.events import (
     ReasoningDelta,
     ResponseDone,
     ResponseStarted,
@@ -28,16 +29,16 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
-from trio_gateway.providers.openai_compatible import (
+from trio_gateway.core.request import ChatRequest
+from trio_gateway.core.sse import SSEEvent
+from trio_gateway.core.usage import PartialUsage
+from trio_gateway.providers.openai_compatible.dialect import (
     ChunkParser,
     OpenAICompatibleDialect,
     build_body,
     parse_completion,
     parse_usage,
 )
-from trio_gateway.request import ChatRequest
-from trio_gateway.sse import SSEEvent
-from trio_gateway.usage import PartialUsage
 
 
 def data(obj: Any) -> bytes:

@@ -17,16 +17,21 @@ import trio.testing
 
 from tests.h1_mock import handler_connect
 from tests.unit.test_mut_upstream import COMPLETION, chat, provider, shell
-from trio_gateway.config import AliasConfig
-from trio_gateway.errors import AllProvidersFailed, GatewayError, Overloaded
-from trio_gateway.events import Event, ResponseDone
-from trio_gateway.gate import LocalGate, SharedGate
-from trio_gateway.health import ProviderHealth
-from trio_gateway.metrics import ReplicaGauges
-from trio_gateway.pipeline import Router
-from trio_gateway.providers.replicas import Replica, ReplicaSet, replica_config, replica_label
+from trio_gateway.capacity.gate import LocalGate, SharedGate
+from trio_gateway.capacity.health import ProviderHealth
+from trio_gateway.config.schema import AliasConfig
+from trio_gateway.core.errors import AllProvidersFailed, GatewayError, Overloaded
+from trio_gateway.core.events import Event, ResponseDone
+from trio_gateway.dispatch.router import Router
+from trio_gateway.ops.metrics import ReplicaGauges
+from trio_gateway.providers.openai_compatible.replicas import (
+    Replica,
+    ReplicaSet,
+    replica_config,
+    replica_label,
+)
+from trio_gateway.providers.openai_compatible.signals import ReplicaSignals
 from trio_gateway.providers.upstream import Upstream
-from trio_gateway.providers.vllm_signals import ReplicaSignals
 
 
 async def refuse(request: httpx.Request) -> httpx.Response:

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from trio_gateway.errors import InvalidRequest
+from trio_gateway.core.errors import InvalidRequest
 from trio_gateway.providers.translate import (
     InlineData,
     budget_for,

@@ -18,17 +18,17 @@ import trio
 
 from tests.h1_mock import handler_connect
 from tests.unit.test_mut_h1_client import HEAD, Scripted, chunk
-from trio_gateway.access import RequestContext, request_context
-from trio_gateway.config import ProviderConfig
-from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
-from trio_gateway.events import Event, ResponseDone, ResponseStarted, TextDelta, Usage
-from trio_gateway.gate import LocalGate
+from trio_gateway.capacity.gate import LocalGate
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
+from trio_gateway.core.events import Event, ResponseDone, ResponseStarted, TextDelta, Usage
+from trio_gateway.core.request import ChatRequest
+from trio_gateway.core.usage import UsageMeter
 from trio_gateway.http1.client import Origin
+from trio_gateway.ops.access import RequestContext, request_context
+from trio_gateway.ops.tracing import new_trace
 from trio_gateway.providers import upstream as upstream_module
 from trio_gateway.providers.upstream import Upstream
-from trio_gateway.request import ChatRequest
-from trio_gateway.tracing import new_trace
-from trio_gateway.usage import UsageMeter
 
 Handler = Callable[[httpx.Request], Coroutine[None, None, httpx.Response]]
 

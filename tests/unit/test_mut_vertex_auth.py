@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from trio_gateway.config import Secret
-from trio_gateway.errors import UpstreamAuthFailed, UpstreamProtocolError, UpstreamServerError
-from trio_gateway.providers.vertex_auth import AccessToken, parse_token_response
+from trio_gateway.config.schema import Secret
+from trio_gateway.core.errors import UpstreamAuthFailed, UpstreamProtocolError, UpstreamServerError
+from trio_gateway.providers.gemini.vertex_auth import AccessToken, parse_token_response
 
 REFUSED = "vtx: the oauth2 token endpoint refused the service account's grant"
 FAILED = "vtx: the oauth2 token endpoint failed"

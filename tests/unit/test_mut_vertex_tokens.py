@@ -19,9 +19,9 @@ from tests.unit.test_vertex_auth import (
     TokenEndpoint,
     tokens,
 )
-from trio_gateway.config import Secret
-from trio_gateway.errors import UpstreamUnreachable
-from trio_gateway.providers.vertex_auth import (
+from trio_gateway.config.schema import Secret
+from trio_gateway.core.errors import UpstreamUnreachable
+from trio_gateway.providers.gemini.vertex_auth import (
     AccessToken,
     ServiceAccount,
     _b64url,

@@ -75,8 +75,8 @@ def test_a_mutant_s_name_gives_its_module_and_function() -> None:
         "trio_gateway.providers.h1",
         "xǁChunkedBodyǁfeed__mutmut_12",
     )
-    assert split_name("trio_gateway.sse.x_json_data__mutmut_1") == (
-        "trio_gateway.sse",
+    assert split_name("trio_gateway.core.sse.x_json_data__mutmut_1") == (
+        "trio_gateway.core.sse",
         "x_json_data__mutmut_1",
     )
     assert split_name("not a mutant") is None

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from trio_gateway.errors import UpstreamServerError
-from trio_gateway.events import (
+from trio_gateway.core.errors import UpstreamServerError
+from trio_gateway.core.events import (
     Event,
     ReasoningDelta,
     ResponseDone,
@@ -20,8 +20,8 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
+from trio_gateway.core.sse import SSEDecoder
 from trio_gateway.fronts.openai_chunks import ChunkEncoder, ResponseAccumulator, error_chunk
-from trio_gateway.sse import SSEDecoder
 
 EVENTS: list[Event] = [
     ResponseStarted("vllm-a"),

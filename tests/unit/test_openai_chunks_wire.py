@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from trio_gateway.events import (
+from trio_gateway.core.events import (
     ErrorEvent,
     Event,
     ResponseCancelled,

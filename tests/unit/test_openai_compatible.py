@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_gateway.config import Capability, ProviderConfig
-from trio_gateway.errors import ContextLengthExceeded, GatewayError, UpstreamProtocolError
-from trio_gateway.events import (
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import ContextLengthExceeded, GatewayError, UpstreamProtocolError
+from trio_gateway.core.events import (
     Event,
     ReasoningDelta,
     ResponseDone,
@@ -21,9 +22,9 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
-from trio_gateway.providers.openai_compatible import ChunkParser, build_body
-from trio_gateway.request import parse_chat_request
-from trio_gateway.sse import SSEDecoder
+from trio_gateway.core.request import parse_chat_request
+from trio_gateway.core.sse import SSEDecoder
+from trio_gateway.providers.openai_compatible.dialect import ChunkParser, build_body
 
 from .fixtures import transcript
 

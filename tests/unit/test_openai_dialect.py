@@ -8,10 +8,11 @@ from typing import Any
 import attrs
 import pytest
 
-from trio_gateway.config import Capability, ProviderConfig
-from trio_gateway.errors import QuotaExhausted, UpstreamRateLimited
-from trio_gateway.providers.openai import OpenAIDialect, build_body
-from trio_gateway.request import validate_chat_body
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import QuotaExhausted, UpstreamRateLimited
+from trio_gateway.core.request import validate_chat_body
+from trio_gateway.providers.openai.dialect import OpenAIDialect, build_body
 
 PROVIDER = ProviderConfig(
     name="gpt",

@@ -17,12 +17,12 @@ import trio
 import trio.testing
 
 from tests.unit.test_mut_upstream import Handler, chat, shell, sse
-from trio_gateway.accounting import Admission
-from trio_gateway.config import AliasConfig, ProviderConfig
-from trio_gateway.errors import InternalError, ShuttingDown, UpstreamProtocolError
-from trio_gateway.events import TextDelta
-from trio_gateway.pipeline import Router
-from trio_gateway.relay import (
+from trio_gateway.accounting.admission import Admission
+from trio_gateway.config.schema import AliasConfig, ProviderConfig
+from trio_gateway.core.errors import InternalError, ShuttingDown, UpstreamProtocolError
+from trio_gateway.core.events import TextDelta
+from trio_gateway.core.usage import UsageRecord, estimate_prompt_tokens
+from trio_gateway.dispatch.relay import (
     CLIENT_GONE,
     CLIENT_STALL,
     ClientLeft,
@@ -33,7 +33,7 @@ from trio_gateway.relay import (
     Watch,
     relay,
 )
-from trio_gateway.usage import UsageRecord, estimate_prompt_tokens
+from trio_gateway.dispatch.router import Router
 
 TOKENS = 400
 
@@ -338,7 +338,7 @@ async def test_the_record_starts_when_the_request_did(
 
     # relay's own view of the wall clock follows the virtual one; the answer takes 5 s.
     wall = types.SimpleNamespace(time=lambda: 1000.0 + trio.current_time())
-    monkeypatch.setattr("trio_gateway.relay.time", wall)
+    monkeypatch.setattr("trio_gateway.dispatch.relay.time", wall)
     gateway, records = recorded(bursts)
     started = trio.current_time()
     await run(gateway, Collect())

@@ -16,20 +16,21 @@ import trio
 import trio.testing
 
 from tests.unit.test_mut_upstream import chat, shell
-from trio_gateway.access import RequestContext, request_context
-from trio_gateway.accounting import Limits
-from trio_gateway.config import AliasConfig, Capability
-from trio_gateway.errors import (
+from trio_gateway.accounting.admission import Limits
+from trio_gateway.config.schema import AliasConfig
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import (
     CapabilityUnavailable,
     Overloaded,
     ShuttingDown,
     UpstreamUnreachable,
 )
-from trio_gateway.events import Usage
-from trio_gateway.pipeline import Router
-from trio_gateway.relay import CLIENT_GONE, Outcome, record
-from trio_gateway.tracing import new_trace
-from trio_gateway.usage import PartialUsage, UsageRecord
+from trio_gateway.core.events import Usage
+from trio_gateway.core.usage import PartialUsage, UsageRecord
+from trio_gateway.dispatch.relay import CLIENT_GONE, Outcome, record
+from trio_gateway.dispatch.router import Router
+from trio_gateway.ops.access import RequestContext, request_context
+from trio_gateway.ops.tracing import new_trace
 
 
 async def unused(request: httpx.Request) -> httpx.Response:

@@ -7,9 +7,10 @@ from typing import Any
 import attrs
 import pytest
 
-from trio_gateway.cli_reload import serve_config
-from trio_gateway.config import ProviderConfig, parse_config
-from trio_gateway.reload import Change, fixed_changes, plan_reload, provider_change
+from trio_gateway.cli.reload import serve_config
+from trio_gateway.config.load import parse_config
+from trio_gateway.config.reload_plan import Change, fixed_changes, plan_reload, provider_change
+from trio_gateway.config.schema import ProviderConfig
 
 BASE = ProviderConfig(name="vllm", type="openai_compatible", model="m", base_url="http://a/v1")
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trio_gateway.replica_policy import (
+from trio_gateway.capacity.replica_policy import (
     Affinity,
     LeastLoaded,
     Policy,

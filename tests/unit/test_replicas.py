@@ -9,16 +9,16 @@ import trio
 import trio.testing
 
 from tests.unit.test_mut_upstream import chat, provider, shell
-from trio_gateway.health import ProviderHealth, State
-from trio_gateway.providers.replicas import (
+from trio_gateway.capacity.health import ProviderHealth, State
+from trio_gateway.capacity.replica_policy import Affinity
+from trio_gateway.providers.openai_compatible.replicas import (
     GroupHealth,
     Replica,
     ReplicaSet,
     replica_config,
     replica_label,
 )
-from trio_gateway.providers.vllm_signals import ReplicaSignals
-from trio_gateway.replica_policy import Affinity
+from trio_gateway.providers.openai_compatible.signals import ReplicaSignals
 
 
 async def unused(request: httpx.Request) -> httpx.Response:

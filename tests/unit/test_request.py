@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from trio_gateway.config import Capability
-from trio_gateway.errors import InvalidJSON, InvalidRequest, RequestError, UnsupportedParameter
-from trio_gateway.request import parse_chat_request
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import InvalidJSON, InvalidRequest, RequestError, UnsupportedParameter
+from trio_gateway.core.request import parse_chat_request
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -11,10 +11,10 @@ import trio.testing
 
 from tests.unit.test_mut_pipeline import answer, ignore, local, queue_router
 from tests.unit.test_mut_upstream import Handler, chat, shell
-from trio_gateway.config import AliasConfig
-from trio_gateway.errors import Overloaded
-from trio_gateway.health import ProviderHealth, State
-from trio_gateway.pipeline import INITIAL_SERVICE_TIME_S, Router
+from trio_gateway.capacity.health import ProviderHealth, State
+from trio_gateway.config.schema import AliasConfig
+from trio_gateway.core.errors import Overloaded
+from trio_gateway.dispatch.router import INITIAL_SERVICE_TIME_S, Router
 
 
 def alias_of(*names: str, queue: bool = False) -> AliasConfig:

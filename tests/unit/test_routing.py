@@ -7,9 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_gateway.config import AliasConfig, Capability, ProviderConfig
-from trio_gateway.errors import CapabilityUnavailable, ModelNotFound
-from trio_gateway.routing import attempt_order, eligible_providers, order_by_health, resolve_alias
+from trio_gateway.config.schema import AliasConfig, ProviderConfig
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import CapabilityUnavailable, ModelNotFound
+from trio_gateway.dispatch.routing import (
+    attempt_order,
+    eligible_providers,
+    order_by_health,
+    resolve_alias,
+)
 
 T, R, V = Capability.TOOLS, Capability.REASONING, Capability.VISION
 

@@ -6,7 +6,7 @@ import socket
 import threading
 from pathlib import Path
 
-from trio_gateway.sd_notify import notify
+from trio_gateway.ops.sd_notify import notify
 
 # Linux queues a few datagrams per unread unix socket (net.unix.max_dgram_qlen, 10 by default
 # in a fresh namespace, 512 on many hosts) and up to its receive buffer: far fewer than this.

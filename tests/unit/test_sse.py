@@ -8,7 +8,14 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from trio_gateway.sse import DONE, SSEDecodeError, SSEDecoder, SSEEvent, encode_event, json_data
+from trio_gateway.core.sse import (
+    DONE,
+    SSEDecodeError,
+    SSEDecoder,
+    SSEEvent,
+    encode_event,
+    json_data,
+)
 
 PIECES = [
     *"abc xyz",

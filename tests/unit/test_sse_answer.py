@@ -11,11 +11,11 @@ import trio.testing
 
 from tests.unit.test_relay import bursts, router
 from tests.unit.test_relay import run as run_relay
-from trio_gateway.errors import InternalError, UpstreamTimeout
-from trio_gateway.events import ResponseDone, TextDelta
+from trio_gateway.core.errors import InternalError, UpstreamTimeout
+from trio_gateway.core.events import ResponseDone, TextDelta
+from trio_gateway.dispatch.relay import CLIENT_STALL, Item
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Message, SSEAnswer
-from trio_gateway.relay import CLIENT_STALL, Item
 
 
 def render(item: Item) -> bytes:

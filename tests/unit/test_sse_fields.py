@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trio_gateway.sse import SSEDecodeError, SSEDecoder, SSEEvent
+from trio_gateway.core.sse import SSEDecodeError, SSEDecoder, SSEEvent
 
 
 def test_event_names_and_ids_that_are_not_utf8_are_replaced_not_raised() -> None:

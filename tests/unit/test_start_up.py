@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from trio_gateway.config import parse_config
-from trio_gateway.server import warn_unused_keys
+from trio_gateway.config.load import parse_config
+from trio_gateway.process.serve import warn_unused_keys
 
 BASE = """
 [aliases.a]
@@ -40,7 +40,7 @@ def test_a_config_without_it_gets_no_warning(caplog: pytest.LogCaptureFixture) -
 def test_start_up_is_frozen_out_of_the_collector_s_walks() -> None:
     import gc
 
-    from trio_gateway.server import FULL_COLLECTION_EVERY, freeze_start_up
+    from trio_gateway.process.serve import FULL_COLLECTION_EVERY, freeze_start_up
 
     before = gc.get_freeze_count()
     thresholds = gc.get_threshold()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trio_gateway.metrics import ProviderGauges
-from trio_gateway.status import BUCKET_S, WINDOW_S, RecentStats, status_document
+from trio_gateway.ops.metrics import ProviderGauges
+from trio_gateway.ops.status import BUCKET_S, WINDOW_S, RecentStats, status_document
 
 
 def test_requests_errors_spills_and_ttft_over_the_window() -> None:

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from tests.h1_mock import HandlerStream
 from tests.unit.fixtures import transcript
-from trio_gateway.config import ProviderConfig
-from trio_gateway.events import (
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.events import (
     Event,
     ReasoningDelta,
     ResponseDone,
@@ -25,14 +25,14 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
+from trio_gateway.core.request import ChatRequest
+from trio_gateway.core.sse import SSEDecoder, SSEEvent
 from trio_gateway.http1.client import Origin
-from trio_gateway.providers.gemini import GeminiDialect
-from trio_gateway.providers.openai import OpenAIDialect
-from trio_gateway.providers.openai_compatible import ChunkParser, OpenAICompatibleDialect
+from trio_gateway.providers.gemini.dialect import GeminiDialect
+from trio_gateway.providers.openai.dialect import OpenAIDialect
+from trio_gateway.providers.openai_compatible.dialect import ChunkParser, OpenAICompatibleDialect
+from trio_gateway.providers.toolcall_stop import FirstToolCallOnly, ObjectEnd
 from trio_gateway.providers.upstream import Upstream
-from trio_gateway.request import ChatRequest
-from trio_gateway.sse import SSEDecoder, SSEEvent
-from trio_gateway.toolcall_stop import FirstToolCallOnly, ObjectEnd
 
 # --- ObjectEnd: is the first call's argument object closed? ---------------------------------
 

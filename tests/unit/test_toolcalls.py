@@ -5,8 +5,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_gateway.events import ToolCallDelta, ToolCallDone
-from trio_gateway.toolcalls import ToolCallAssembler
+from trio_gateway.core.events import ToolCallDelta, ToolCallDone
+from trio_gateway.core.toolcalls import ToolCallAssembler
 
 
 def test_fragments_assemble_by_index_and_parse_only_at_finish() -> None:

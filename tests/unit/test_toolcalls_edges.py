@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trio_gateway.events import ToolCallDelta
-from trio_gateway.toolcalls import ToolCallAssembler
+from trio_gateway.core.events import ToolCallDelta
+from trio_gateway.core.toolcalls import ToolCallAssembler
 
 
 def test_the_first_id_and_name_win() -> None:

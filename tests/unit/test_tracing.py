@@ -9,14 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_gateway.access import (
+from trio_gateway.core.usage import refused_record
+from trio_gateway.ops.access import (
     JsonFormatter,
     RequestContext,
     RequestIdFilter,
     log_access,
     request_context,
 )
-from trio_gateway.tracing import (
+from trio_gateway.ops.tracing import (
     MAX_REQUEST_ID_CHARS,
     MAX_TRACESTATE_CHARS,
     TraceContext,
@@ -25,7 +26,6 @@ from trio_gateway.tracing import (
     parse_traceparent,
     trace_for,
 )
-from trio_gateway.usage import refused_record
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN = "00f067aa0ba902b7"

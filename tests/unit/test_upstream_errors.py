@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trio_gateway.errors import (
+from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
@@ -17,7 +17,7 @@ from trio_gateway.errors import (
     UpstreamServerError,
     UpstreamTimeout,
 )
-from trio_gateway.upstream_errors import classify_inband, classify_status, parse_retry_after
+from trio_gateway.providers.errors import classify_inband, classify_status, parse_retry_after
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32.0"
 

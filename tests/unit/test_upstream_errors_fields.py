@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from trio_gateway.errors import (
+from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
@@ -19,7 +19,7 @@ from trio_gateway.errors import (
     UpstreamServerError,
     UpstreamTimeout,
 )
-from trio_gateway.upstream_errors import (
+from trio_gateway.providers.errors import (
     MAX_MESSAGE_CHARS,
     classify_inband,
     classify_status,

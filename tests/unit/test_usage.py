@@ -14,20 +14,18 @@ import trio.lowlevel
 import trio.testing
 
 from tests.unit.fixtures import transcript
-from trio_gateway.config import UsageConfig, parse_config
-from trio_gateway.events import Usage
-from trio_gateway.ledger import (
+from trio_gateway.accounting.ledger import (
     DEFAULT_LEDGER_NAME,
     LEDGER_MEMORY,
     SQLiteLedger,
     ledger_path,
     serve_ledger,
 )
-from trio_gateway.providers.anthropic import AnthropicStreamParser
-from trio_gateway.providers.gemini import GeminiStreamParser
-from trio_gateway.providers.openai_compatible import ChunkParser
-from trio_gateway.sse import SSEDecoder, SSEEvent
-from trio_gateway.usage import (
+from trio_gateway.config.load import parse_config
+from trio_gateway.config.schema import UsageConfig
+from trio_gateway.core.events import Usage
+from trio_gateway.core.sse import SSEDecoder, SSEEvent
+from trio_gateway.core.usage import (
     PartialUsage,
     UsageRecord,
     estimate_prompt_tokens,
@@ -35,6 +33,9 @@ from trio_gateway.usage import (
     refused_record,
     usage_record,
 )
+from trio_gateway.providers.anthropic.dialect import AnthropicStreamParser
+from trio_gateway.providers.gemini.dialect import GeminiStreamParser
+from trio_gateway.providers.openai_compatible.dialect import ChunkParser
 
 
 def sse_events(raw: bytes) -> list[SSEEvent]:
@@ -324,7 +325,7 @@ async def _written(ledger: SQLiteLedger, count: int) -> None:
 async def test_records_that_trickle_in_are_one_batch_and_a_burst_is_cut_at_batch_max(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import trio_gateway.ledger as ledger_module
+    import trio_gateway.accounting.ledger as ledger_module
 
     sizes: list[int] = []
     write = ledger_module.write_batch

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trio_gateway.config import Capability
-from trio_gateway.errors import InvalidRequest, UnsupportedParameter
-from trio_gateway.request import validate_chat_body
-from trio_gateway.validation import MAX_DEPTH, ROLES
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
+from trio_gateway.core.request import validate_chat_body
+from trio_gateway.core.validation import MAX_DEPTH, ROLES
 
 USER = {"role": "user", "content": "hi"}
 TOOL = {"type": "function", "function": {"name": "get_weather"}}

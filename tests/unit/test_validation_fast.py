@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.test_validation import BODY, JSON, damaged, nested
-from trio_gateway.errors import GatewayError
-from trio_gateway.request import _no_constants, strict_loads
-from trio_gateway.validation import (
+from trio_gateway.core.errors import GatewayError
+from trio_gateway.core.request import _no_constants, strict_loads
+from trio_gateway.core.validation import (
     CROSS_CHECKS,
     FIELD_CHECKS,
     _depth,
@@ -21,7 +21,7 @@ from trio_gateway.validation import (
     validate_body,
     within_depth,
 )
-from trio_gateway.validation_values import array, optional_fields, required
+from trio_gateway.core.validation_values import array, optional_fields, required
 
 
 def outcome(check: Callable[[], object]) -> tuple[str, str, str | None] | None:

@@ -21,14 +21,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from google.auth import jwt as google_jwt
 
-from trio_gateway.config import Secret
-from trio_gateway.errors import (
+from trio_gateway.config.schema import Secret
+from trio_gateway.core.errors import (
     UpstreamAuthFailed,
     UpstreamProtocolError,
     UpstreamServerError,
     UpstreamUnreachable,
 )
-from trio_gateway.providers.vertex_auth import (
+from trio_gateway.providers.gemini.vertex_auth import (
     AccessToken,
     ServiceAccount,
     ServiceAccountTokens,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trio_gateway.providers.vllm_signals import (
+from trio_gateway.providers.openai_compatible.signals import (
     PrefixCacheRate,
     ReplicaSignals,
     parse_vllm_metrics,

@@ -13,8 +13,9 @@ import trio
 
 from tests.e2e.harness import provider_toml, running_gateway
 from tests.vllm.vllm_server import VllmServer
-from trio_gateway.config import GatewayConfig, parse_config
-from trio_gateway.server import GatewayHandle
+from trio_gateway.config.load import parse_config
+from trio_gateway.config.schema import GatewayConfig
+from trio_gateway.process.serve import GatewayHandle
 
 ALIAS = "agent-lite"
 PROVIDER = "vllm"

@@ -40,9 +40,9 @@ from tests.vllm.helpers import (
 )
 from tests.vllm.vllm_server import VllmServer
 from tests.vllm.wire_shape import Transcript, kinds_of
-from trio_gateway.config import parse_config
-from trio_gateway.health import State
-from trio_gateway.server import GatewayHandle
+from trio_gateway.capacity.health import State
+from trio_gateway.config.load import parse_config
+from trio_gateway.process.serve import GatewayHandle
 
 pytestmark = pytest.mark.vllm
 

@@ -24,7 +24,7 @@ from tests.vllm.helpers import (
     wait_generation_settled,
 )
 from tests.vllm.vllm_server import VllmServer
-from trio_gateway.server import GatewayHandle
+from trio_gateway.process.serve import GatewayHandle
 
 pytestmark = pytest.mark.vllm
 

@@ -98,7 +98,7 @@ def status(code: int | None) -> str:
 
 
 def module_of(name: str) -> str:
-    """``trio_gateway.sse.xǁSSEDecoderǁfeed__mutmut_7`` -> ``trio_gateway.sse``."""
+    """``trio_gateway.core.sse.xǁSSEDecoderǁfeed__mutmut_7`` -> ``trio_gateway.core.sse``."""
     return name.rsplit(".", 1)[0]
 
 

@@ -15,10 +15,11 @@ from urllib.parse import parse_qs
 
 import attrs
 
-from trio_gateway.auth import ApiKey, KeyStore, bearer_token
-from trio_gateway.errors import InvalidRequest
+from trio_gateway.accounting.key_store import KeyStore
+from trio_gateway.core.errors import InvalidRequest
+from trio_gateway.core.keys import ApiKey, bearer_token
+from trio_gateway.core.request import ChatRequest
 from trio_gateway.fronts.http import Scope, header
-from trio_gateway.request import ChatRequest
 
 SUBPROTOCOL = "trio-gateway"
 BEARER_SUBPROTOCOL = "bearer."

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from trio_gateway.access import RequestContext
-from trio_gateway.access import current as current_request
-from trio_gateway.auth import ApiKey
-from trio_gateway.config import ServerConfig
-from trio_gateway.errors import GatewayError, InternalError
+from trio_gateway.config.schema import ServerConfig
+from trio_gateway.core.errors import GatewayError, InternalError
+from trio_gateway.core.keys import ApiKey
+from trio_gateway.core.request import parse_chat_request
+from trio_gateway.core.sse import DONE
+from trio_gateway.dispatch.relay import CLIENT_GONE, DropConnection, Item, Outcome, Watch, relay
+from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import authorize, with_session
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import (
@@ -24,10 +26,8 @@ from trio_gateway.fronts.http import (
     send_json,
 )
 from trio_gateway.fronts.openai_chunks import ChunkEncoder, ResponseAccumulator, error_chunk
-from trio_gateway.pipeline import Router
-from trio_gateway.relay import CLIENT_GONE, DropConnection, Item, Outcome, Watch, relay
-from trio_gateway.request import parse_chat_request
-from trio_gateway.sse import DONE
+from trio_gateway.ops.access import RequestContext
+from trio_gateway.ops.access import current as current_request
 
 if TYPE_CHECKING:
     from trio_gateway.http1.hang_ups import HangUps

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
-from trio_gateway.lag import LagMeter
-from trio_gateway.relay import ClientLeft, ClientStalled
+from trio_gateway.dispatch.relay import ClientLeft, ClientStalled
+from trio_gateway.ops.lag import LagMeter
 
 if TYPE_CHECKING:
     from trio_gateway.http1.hang_ups import HangUps

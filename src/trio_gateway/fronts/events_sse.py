@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import trio
 
-from trio_gateway.auth import ApiKey
-from trio_gateway.config import ServerConfig
-from trio_gateway.errors import InternalError
+from trio_gateway.config.schema import ServerConfig
+from trio_gateway.core.errors import InternalError
+from trio_gateway.core.events_codec import EventEncoder, is_terminal, sse_frame
+from trio_gateway.core.keys import ApiKey
+from trio_gateway.core.request import parse_chat_request
+from trio_gateway.dispatch.relay import DropConnection, Item, Outcome, relay
+from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import authorize, with_session
 from trio_gateway.fronts.chat import client_watch
 from trio_gateway.fronts.direct import ClientSocket
-from trio_gateway.fronts.events_codec import EventEncoder, is_terminal, sse_frame
 from trio_gateway.fronts.http import Receive, Send, SSEAnswer, read_body
-from trio_gateway.pipeline import Router
-from trio_gateway.relay import DropConnection, Item, Outcome, relay
-from trio_gateway.request import parse_chat_request
 
 EVENTS_VERSION_HEADER = (b"x-gateway-events-version", b"1")
 

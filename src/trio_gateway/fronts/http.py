@@ -8,18 +8,18 @@ from typing import Any
 
 import trio
 
-from trio_gateway.access import current as current_request
-from trio_gateway.errors import (
+from trio_gateway.core.errors import (
     BodyTooLarge,
     GatewayError,
     InternalError,
     MalformedHttp,
     RequestTimeout,
 )
+from trio_gateway.dispatch.relay import CLIENT_STALL, DropConnection, Item, Outcome
 from trio_gateway.fronts.direct import ClientSocket, DirectBody
 from trio_gateway.fronts.openai_chunks import dumps
 from trio_gateway.http1.errors import H1Error
-from trio_gateway.relay import CLIENT_STALL, DropConnection, Item, Outcome
+from trio_gateway.ops.access import current as current_request
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -8,8 +8,8 @@ import json
 from json.encoder import encode_basestring
 from typing import Any
 
-from trio_gateway.errors import GatewayError
-from trio_gateway.events import (
+from trio_gateway.core.errors import GatewayError
+from trio_gateway.core.events import (
     ErrorEvent,
     Event,
     ReasoningDelta,
@@ -21,7 +21,7 @@ from trio_gateway.events import (
     ToolCallDone,
     Usage,
 )
-from trio_gateway.sse import DONE, encode_event
+from trio_gateway.core.sse import DONE, encode_event
 
 # json.dumps with arguments builds a new encoder per call; this one is built once (it keeps no
 # state between calls).

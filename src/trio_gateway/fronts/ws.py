@@ -29,20 +29,17 @@ from typing import Any
 import attrs
 import trio
 
-from trio_gateway.access import RequestContext, log_access, request_context
-from trio_gateway.auth import ApiKey, KeyStore
-from trio_gateway.config import ServerConfig, WebSocketConfig
-from trio_gateway.drain import SHUTDOWN
-from trio_gateway.errors import (
+from trio_gateway.accounting.key_store import KeyStore
+from trio_gateway.config.schema import ServerConfig, WebSocketConfig
+from trio_gateway.core.errors import (
     DuplicateId,
     GatewayError,
     InternalError,
     MessageRefused,
     TooManyRequests,
 )
-from trio_gateway.events import ResponseCancelled
-from trio_gateway.fronts.auth import authorize, websocket_handshake
-from trio_gateway.fronts.events_codec import (
+from trio_gateway.core.events import ResponseCancelled
+from trio_gateway.core.events_codec import (
     CLOSE_GOING_AWAY,
     CLOSE_KEEPALIVE_TIMEOUT,
     CLOSE_SLOW_CONSUMER,
@@ -58,13 +55,24 @@ from trio_gateway.fronts.events_codec import (
     parse_client_message,
     refusal,
 )
+from trio_gateway.core.keys import ApiKey
+from trio_gateway.core.request import ChatRequest, validate_chat_body
+from trio_gateway.core.usage import refused_record
+from trio_gateway.dispatch.relay import (
+    CLIENT_GONE,
+    CLIENT_STALL,
+    DropConnection,
+    Item,
+    Outcome,
+    relay,
+)
+from trio_gateway.dispatch.router import Plan, Router
+from trio_gateway.fronts.auth import authorize, websocket_handshake
 from trio_gateway.fronts.http import JSON_HEADERS, Receive, Scope, Send
 from trio_gateway.fronts.openai_chunks import dumps as json_bytes
-from trio_gateway.pipeline import Plan, Router
-from trio_gateway.relay import CLIENT_GONE, CLIENT_STALL, DropConnection, Item, Outcome, relay
-from trio_gateway.request import ChatRequest, validate_chat_body
-from trio_gateway.tracing import new_trace
-from trio_gateway.usage import refused_record
+from trio_gateway.ops.access import RequestContext, log_access, request_context
+from trio_gateway.ops.drain import SHUTDOWN
+from trio_gateway.ops.tracing import new_trace
 
 log = logging.getLogger("trio_gateway")
 

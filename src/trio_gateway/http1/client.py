@@ -29,7 +29,7 @@ import attrs
 import httpx
 import trio
 
-from trio_gateway.errors import UpstreamProtocolError, UpstreamUnreachable
+from trio_gateway.core.errors import UpstreamProtocolError, UpstreamUnreachable
 from trio_gateway.http1.dial import open_tcp_stream
 from trio_gateway.http1.errors import H1Error
 from trio_gateway.http1.response import ResponseHead, ResponseParser

@@ -2,8 +2,8 @@
 
 An API key (or a ready Vertex access token) comes from an environment variable or a file; a
 Vertex service account from its JSON file, exchanged for tokens as they are needed. Values are
-kept in :class:`~trio_gateway.config.Secret` and :class:`TokenSource` objects whose reprs hide
-them; none is ever put in a log line or an error.
+kept in :class:`~trio_gateway.config.schema.Secret` and :class:`TokenSource` objects whose
+reprs hide them; none is ever put in a log line or an error.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from trio_gateway.config import ProviderConfig, Secret
-from trio_gateway.providers.vertex_auth import (
+from trio_gateway.config.schema import ProviderConfig, Secret
+from trio_gateway.providers.gemini.vertex_auth import (
     ServiceAccount,
     ServiceAccountTokens,
     StaticToken,

@@ -17,7 +17,7 @@ A parser turns one upstream answer into the gateway's events, in this order:
   OpenAI ``finish_reason`` (``stop``, ``length``, ``tool_calls``, ``content_filter``);
   ``finish_reason`` is ``tool_calls`` whenever the answer ends in tool calls.
 
-Errors are raised as :class:`~trio_gateway.errors.GatewayError` subclasses: an error the vendor
+Errors are raised as :class:`~trio_gateway.core.errors.GatewayError` subclasses: an error the vendor
 sends inside its stream is raised from ``feed``; a stream that ends before the answer does is an
 ``UpstreamProtocolError`` from ``close``.
 """
@@ -29,12 +29,12 @@ from typing import Protocol
 
 import attrs
 
-from trio_gateway.config import ProviderConfig
-from trio_gateway.errors import GatewayError
-from trio_gateway.events import Event
-from trio_gateway.request import ChatRequest
-from trio_gateway.sse import SSEEvent
-from trio_gateway.usage import PartialUsage
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.errors import GatewayError
+from trio_gateway.core.events import Event
+from trio_gateway.core.request import ChatRequest
+from trio_gateway.core.sse import SSEEvent
+from trio_gateway.core.usage import PartialUsage
 
 
 @attrs.frozen(kw_only=True)

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from trio_gateway.errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable
+from trio_gateway.core.errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable
 
 
 @contextmanager

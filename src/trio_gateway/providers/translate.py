@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from trio_gateway.errors import InvalidRequest
+from trio_gateway.core.errors import InvalidRequest
 
 _DATA_URL = re.compile(
     r"data:(?P<mime>[\w.+-]+/[\w.+-]+)(?:;[\w.+-]+=[\w.+-]+)*;base64,(?P<data>.*)", re.DOTALL

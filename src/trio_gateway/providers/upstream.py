@@ -19,23 +19,27 @@ import attrs
 import httpx
 import trio
 
-from trio_gateway.access import current as current_request
-from trio_gateway.config import ProviderConfig
-from trio_gateway.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
-from trio_gateway.events import Event
-from trio_gateway.gate import GateStats, LocalGate, SharedGate
+from trio_gateway.capacity.gate import GateStats, LocalGate, SharedGate
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
+from trio_gateway.core.events import Event
+from trio_gateway.core.request import ChatRequest
+from trio_gateway.core.sse import SSEDecodeError, SSEDecoder
+from trio_gateway.core.usage import UsageMeter
 from trio_gateway.http1.client import H1Pool, H1Response, Origin
-from trio_gateway.providers import dialect_for
+from trio_gateway.ops.access import current as current_request
 from trio_gateway.providers.dialect import Dialect, StreamParser
+from trio_gateway.providers.gemini.vertex_auth import TokenSource
 from trio_gateway.providers.httpx_errors import read_limited
+from trio_gateway.providers.openai_compatible.signals import (
+    PrefixCacheRate,
+    ReplicaSignals,
+    parse_vllm_metrics,
+)
 from trio_gateway.providers.read_timer import ReadDeadlines, ReadTimer
+from trio_gateway.providers.registry import dialect_for
+from trio_gateway.providers.toolcall_stop import FirstToolCallOnly
 from trio_gateway.providers.translate import REDACTED, redact_credentials
-from trio_gateway.providers.vertex_auth import TokenSource
-from trio_gateway.providers.vllm_signals import PrefixCacheRate, ReplicaSignals, parse_vllm_metrics
-from trio_gateway.request import ChatRequest
-from trio_gateway.sse import SSEDecodeError, SSEDecoder
-from trio_gateway.toolcall_stop import FirstToolCallOnly
-from trio_gateway.usage import UsageMeter
 
 log = logging.getLogger("trio_gateway")
 

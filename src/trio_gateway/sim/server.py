@@ -11,8 +11,8 @@ import hypercorn.config
 import trio
 from hypercorn.trio.worker_context import WorkerContext
 
+from trio_gateway.http1.listen import hypercorn_hand_off
 from trio_gateway.http1.server import H1Server
-from trio_gateway.listen import hypercorn_hand_off
 
 from .app import SimApp
 from .config import SimConfig

@@ -1,0 +1,244 @@
+"""Admission and settlement: a keyed request's budget hold and rate limits, around the relay.
+
+::
+
+    front: authorize(request, key) ─▶ Limits.admit ─▶ 402 / 429 / (503 fail_closed) or Admission
+    relay ends (completed, failed, cancelled) ─▶ usage record ─▶ Limits.settle (shielded, short)
+
+One store call at admission and one at the end; nothing per chunk. Every store call runs under
+``[redis] timeout_s`` at the call site; a store that fails or is late follows ``on_error``:
+``fail_open`` serves the request unlimited (logged), ``fail_closed`` refuses it with 503
+``limits_unavailable``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+from collections import Counter
+from collections.abc import Iterator
+
+import attrs
+import trio
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from trio_gateway.accounting.limit_store import (
+    AdmitArgs,
+    AdmitResult,
+    LimitStore,
+    MemoryStore,
+    RedisStore,
+)
+from trio_gateway.accounting.limits import (
+    NANOS_PER_UNIT,
+    Prices,
+    RateDecision,
+    cost_nanos,
+    nanos,
+    rate_headers,
+    reserve_nanos,
+    reserve_tokens,
+)
+from trio_gateway.config.schema import GatewayConfig, ProviderConfig
+from trio_gateway.core.errors import BudgetExceeded, LimitsUnavailable, RateLimited
+from trio_gateway.core.keys import ApiKey
+from trio_gateway.core.usage import UsageRecord, estimate_prompt_tokens
+from trio_gateway.redis.client import RedisClient, RedisError
+
+log = logging.getLogger("trio_gateway")
+
+# Without Redis the in-process store answers at once; this only bounds a bug.
+LOCAL_TIMEOUT_S = 1.0
+# A Redis that is down fails every request's admit: one log line per interval, not per request
+# (the counter gateway_limits_store_errors_total has them all).
+STORE_ERROR_LOG_INTERVAL_S = 10.0
+
+
+def prices_of(provider: ProviderConfig) -> Prices:
+    return Prices(
+        input=provider.price_input_per_mtok,
+        cached_input=provider.price_cached_input_per_mtok,
+        output=provider.price_output_per_mtok,
+    )
+
+
+@attrs.frozen(kw_only=True)
+class Admission:
+    """A request let in: its hold (to settle) and the headers every answer carries."""
+
+    key: str
+    hold_id: str | None  # None: no budget, or admitted unlimited by fail_open
+    headers: list[tuple[bytes, bytes]]
+
+
+class Limits:
+    """Budgets and rate limits of keyed requests, on the configured store."""
+
+    def __init__(
+        self, store: LimitStore, *, timeout_s: float, fail_open: bool, hold_ttl_s: float
+    ) -> None:
+        self.store = store
+        self.timeout_s = timeout_s
+        self.fail_open = fail_open
+        self.hold_ttl_s = hold_ttl_s
+        self.store_errors: Counter[str] = Counter()  # by call: "admit", "settle"
+        self._logged_at = -math.inf
+        self._unlogged = 0
+
+    def _store_failed(self, call: str, what: str) -> None:
+        self.store_errors[call] += 1
+        now = trio.current_time()
+        if now - self._logged_at < STORE_ERROR_LOG_INTERVAL_S:
+            self._unlogged += 1
+            return
+        more = f" ({self._unlogged} more since the last line)" if self._unlogged else ""
+        self._logged_at, self._unlogged = now, 0
+        log.warning("limits: %s%s", what, more)
+
+    def collector(self) -> Collector:
+        return _StoreErrorCollector(self)
+
+    async def admit(
+        self, key: ApiKey | None, body: dict[str, object], providers: tuple[ProviderConfig, ...]
+    ) -> Admission | None:
+        """None for a request with nothing to enforce; else its admission, or 402/429/503."""
+        if key is None or (key.rpm is None and key.tpm is None and key.budget is None):
+            return None
+        # The provider is not chosen yet: estimate at the alias's highest prices and limits.
+        default_max = max((p.default_max_tokens for p in providers), default=4096)
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+        prompt = estimate_prompt_tokens(body.get("messages"))
+        tokens = reserve_tokens(
+            prompt, max_tokens if isinstance(max_tokens, int) else None, default_max
+        )
+        hold = max(
+            (reserve_nanos(prices_of(p), prompt, tokens - prompt) for p in providers), default=0
+        )
+        hold_id = secrets.token_hex(8) if key.budget is not None else None
+        args = AdmitArgs(
+            key=key.name,
+            rpm=key.rpm,
+            tpm=key.tpm,
+            tokens=tokens,
+            budget=None if key.budget is None else nanos(key.budget),
+            hold=hold,
+            hold_id=hold_id or "",
+            ttl_s=self.hold_ttl_s,
+        )
+        result = await self._admit(args)
+        if result is None:
+            return Admission(key=key.name, hold_id=None, headers=[])
+        headers = rate_headers(result.requests, result.tokens)
+        if result.refused == "rate":
+            raise RateLimited(
+                f"API key {key.name!r} is over its rate limit "
+                f"(rpm: {key.rpm or '-'}, tpm: {key.tpm or '-'}); this request counts "
+                f"{tokens} tokens (prompt estimate + max_tokens)",
+                retry_after_s=max(result.retry_after_s, 0.001),
+                rate_headers=headers,
+            )
+        if result.refused == "budget":
+            # Nothing was taken: the headers say what is left before this request, not after.
+            headers = rate_headers(_untaken(result.requests, 1), _untaken(result.tokens, tokens))
+            raise BudgetExceeded(
+                f"API key {key.name!r} has {result.available / NANOS_PER_UNIT:.6f} of its budget "
+                f"left (after running requests' holds); this request may cost up to "
+                f"{hold / NANOS_PER_UNIT:.6f} (prompt estimate + max_tokens at the alias's "
+                "highest prices): lower max_tokens, or raise the budget",
+                rate_headers=headers,
+            )
+        return Admission(key=key.name, hold_id=hold_id, headers=headers)
+
+    async def _admit(self, args: AdmitArgs) -> AdmitResult | None:
+        """The store's answer; None when it failed and the policy is fail_open."""
+        try:
+            with trio.fail_after(self.timeout_s):
+                return await self.store.admit(args)
+        except (RedisError, trio.TooSlowError) as exc:
+            problem = str(exc) or f"no answer within {self.timeout_s}s"
+            if not self.fail_open:
+                self._store_failed(
+                    "admit", f"store unavailable ({problem}); refusing (fail_closed)"
+                )
+                raise LimitsUnavailable(
+                    "budgets and rate limits cannot be checked right now; retry shortly",
+                    retry_after_s=1.0,
+                ) from exc
+            self._store_failed(
+                "admit", f"store unavailable ({problem}); serving unlimited (fail_open)"
+            )
+            return None
+
+    async def settle(
+        self, admission: Admission | None, record: UsageRecord, provider: ProviderConfig | None
+    ) -> None:
+        """Bill the tokens ``record`` counts at ``provider``'s prices and drop the hold. Runs
+        in cleanup, even when the request was cancelled: shielded, with a short deadline."""
+        if admission is None or admission.hold_id is None:
+            return
+        cost = 0
+        if provider is not None:
+            cost = cost_nanos(
+                prices_of(provider),
+                record.prompt_tokens,
+                record.cached_tokens,
+                record.completion_tokens,
+            )
+        with trio.CancelScope(shield=True), trio.move_on_after(self.timeout_s) as late:
+            try:
+                await self.store.settle(admission.key, admission.hold_id, cost)
+            except RedisError as exc:
+                # The hold expires at its TTL; the cost is lost to the budget (logged).
+                self._store_failed(
+                    "settle", f"could not settle {cost} nanos for key {admission.key} ({exc})"
+                )
+        if late.cancelled_caught:
+            self._store_failed(
+                "settle",
+                f"settling {cost} nanos for key {admission.key} timed out; its hold expires",
+            )
+
+
+def _untaken(decision: RateDecision | None, cost: int) -> RateDecision | None:
+    """A decision as if its ``cost`` had not been taken (both stores answer after taking)."""
+    if decision is None:
+        return None
+    cost = min(cost, decision.limit)
+    return attrs.evolve(
+        decision,
+        remaining=min(decision.limit, decision.remaining + cost),
+        reset_s=max(0.0, decision.reset_s - cost * 60.0 / decision.limit),
+    )
+
+
+class _StoreErrorCollector(Collector):
+    def __init__(self, limits: Limits) -> None:
+        self._limits = limits
+
+    def collect(self) -> Iterator[Metric]:
+        errors = CounterMetricFamily(
+            "gateway_limits_store_errors",
+            "Budget and rate-limit store calls that failed or missed [redis] timeout_s",
+            labels=["call"],
+        )
+        for call in ("admit", "settle"):
+            errors.add_metric([call], self._limits.store_errors[call])
+        yield errors
+
+
+def local_limits(hold_ttl_s: float = 900.0) -> Limits:
+    return Limits(MemoryStore(), timeout_s=LOCAL_TIMEOUT_S, fail_open=False, hold_ttl_s=hold_ttl_s)
+
+
+def open_limits(config: GatewayConfig, client: RedisClient | None) -> Limits:
+    """The limits ``config`` asks for: on Redis when ``[redis]`` is set, else in process."""
+    if config.redis is None or client is None:
+        return local_limits(config.limits.hold_ttl_s)
+    return Limits(
+        RedisStore(client, config.redis.key_prefix),
+        timeout_s=config.redis.timeout_s,
+        fail_open=config.redis.on_error == "fail_open",
+        hold_ttl_s=config.limits.hold_ttl_s,
+    )

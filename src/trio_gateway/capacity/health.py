@@ -1,0 +1,159 @@
+"""Provider health: a pure state machine fed by readiness probes and by real traffic.
+
+A provider is ``starting`` until it first answers (vLLM loads weights and compiles for minutes
+and answers nothing meanwhile), ``healthy`` while it answers, and ``unhealthy`` after
+``unhealthy_after`` failures in a row; ``healthy_after`` successes in a row bring it back. A
+saturated provider is not an unhealthy one: refusals at the gate never count as failures.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Awaitable, Callable
+
+import attrs
+import trio
+
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.errors import GatewayError
+
+log = logging.getLogger("trio_gateway.health")
+
+
+class State(enum.Enum):
+    STARTING = "starting"
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+
+
+@attrs.frozen(kw_only=True)
+class HealthSnapshot:
+    state: State
+    consecutive_failures: int
+    consecutive_successes: int
+    cooling_down: bool
+    last_error: str | None
+    upstream_load: int | None  # the provider's own count of requests it holds (vLLM /load)
+
+
+class ProviderHealth:
+    """One provider's health and rate-limit cool-down. Times are ``trio.current_time()`` values,
+    passed in, so the machine is testable without a clock."""
+
+    def __init__(self, config: ProviderConfig, *, now: float) -> None:
+        self._unhealthy_after = config.unhealthy_after
+        self._healthy_after = config.healthy_after
+        self._grace_ends = now + config.startup_grace_s
+        self.state = State.STARTING
+        self._failures = 0
+        self._successes = 0
+        self._cooldown_until = 0.0
+        self.last_error: str | None = None
+        self.upstream_load: int | None = None
+        self.changed = trio.Event()  # set and replaced on every state change, for waiters
+
+    def _set(self, state: State) -> None:
+        if state is not self.state:
+            self.state = state
+            self.changed.set()
+            self.changed = trio.Event()
+
+    def success(self) -> None:
+        self._failures = 0
+        self._successes += 1
+        self.last_error = None
+        if self.state is State.STARTING or (
+            self.state is State.UNHEALTHY and self._successes >= self._healthy_after
+        ):
+            self._set(State.HEALTHY)
+
+    def failure(self, reason: str, *, now: float) -> None:
+        self._successes = 0
+        self._failures += 1
+        self.last_error = reason
+        if self.state is State.STARTING and now < self._grace_ends:
+            return  # still loading: not answering is expected
+        if self._failures >= self._unhealthy_after:
+            self._set(State.UNHEALTHY)
+
+    def cool_down(self, until: float) -> None:
+        self._cooldown_until = max(self._cooldown_until, until)
+
+    def cooling_down(self, now: float) -> bool:
+        return now < self._cooldown_until
+
+    def in_rotation(self, now: float) -> bool:
+        return self.state is not State.UNHEALTHY and not self.cooling_down(now)
+
+    def snapshot(self, now: float) -> HealthSnapshot:
+        return HealthSnapshot(
+            state=self.state,
+            consecutive_failures=self._failures,
+            consecutive_successes=self._successes,
+            cooling_down=self.cooling_down(now),
+            last_error=self.last_error,
+            upstream_load=self.upstream_load,
+        )
+
+
+Probe = Callable[[], Awaitable[None]]
+ReadLoad = Callable[[], Awaitable[int | None]]
+
+
+async def _no_load() -> None:
+    return None
+
+
+async def probe_service(
+    name: str,
+    config: ProviderConfig,
+    health: ProviderHealth,
+    probe: Probe,
+    read_load: ReadLoad = _no_load,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Probe every ``probe_interval_s`` until cancelled. ``probe`` raises on failure; after a
+    success, ``read_load`` notes how loaded the provider says it is.
+
+    The first probe runs at once, so a gateway learns its providers' state at start-up.
+
+    Only a ``GatewayError`` (or the probe's deadline) is the provider's failure. Anything else
+    is a bug in the gateway: it is logged with its traceback, and the provider's state is left
+    as it was, since the provider did nothing wrong.
+    """
+    task_status.started()
+    while True:
+        before = health.state
+        try:
+            with trio.fail_after(config.probe_timeout_s):
+                await probe()
+        except trio.TooSlowError:
+            health.failure(
+                f"probe timed out after {config.probe_timeout_s:g} s", now=trio.current_time()
+            )
+        except GatewayError as exc:
+            health.failure(f"probe failed: {exc}", now=trio.current_time())
+        except Exception:
+            log.exception("provider %s: the readiness probe itself failed (a gateway bug)", name)
+        else:
+            health.success()
+            health.upstream_load = await read_load()
+        log_transition(name, before, health)
+        await trio.sleep(config.probe_interval_s)
+
+
+def log_transition(name: str, before: State, health: ProviderHealth) -> None:
+    """One line when a provider (or replica) changes state, whatever made it: a probe, or
+    real traffic failing ``unhealthy_after`` times in a row."""
+    if health.state is before:
+        return
+    log.log(
+        logging.WARNING if health.state is State.UNHEALTHY else logging.INFO,
+        "provider %s: %s -> %s%s",
+        name,
+        before.value,
+        health.state.value,
+        f" ({health.last_error})" if health.last_error else "",
+    )

@@ -1,0 +1,189 @@
+"""``trio-gateway keys new | list``: create API keys and show who has one.
+
+``new`` prints the key once, alone on its last line (``keys new ... | tail -n 1``), and writes
+only its SHA-256 to the keys file: appended as a new table, so comments and the other entries
+stay as they were, through a temporary file renamed over the old one (mode 0600), so
+a gateway re-reading the file never sees half of it. ``list`` never shows a key or a hash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from trio_gateway.core.keys import (
+    NAME_PATTERN,
+    KeyRing,
+    KeysFileError,
+    hash_key,
+    new_key,
+    parse_keys,
+    read_keys_file,
+)
+
+EXIT_USAGE = 2
+FILE_MODE = 0o600
+NEW_FILE_HEADER = """\
+# trio-gateway API keys (docs/accounting.md): one [keys.NAME] table per key, holding the
+# SHA-256 of the key, never the key. Written by `trio-gateway keys new`; a running gateway
+# re-reads this file within a second of a change.
+"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {text!r}")
+    return value
+
+
+def _aliases(text: str) -> tuple[str, ...]:
+    aliases = tuple(a.strip() for a in text.split(",") if a.strip())
+    if len(set(aliases)) != len(aliases):
+        raise argparse.ArgumentTypeError(f"an alias is listed twice in {text!r}")
+    return aliases
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trio-gateway keys", description="Manage API keys.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    new = commands.add_parser("new", help="create a key; print it once, on the last line")
+    new.add_argument("name", help="the key's name: 1 to 64 of A-Z a-z 0-9 _ -")
+    new.add_argument("--keys-file", required=True, help="the keys file (created if missing)")
+    new.add_argument(
+        "--aliases", type=_aliases, default=(), help="comma-separated aliases (default: all)"
+    )
+    new.add_argument("--rpm", type=_positive_int, help="requests per minute (stored)")
+    new.add_argument("--tpm", type=_positive_int, help="tokens per minute (stored)")
+    new.add_argument("--budget", type=_budget, help="spending budget (stored)")
+    listing = commands.add_parser("list", help="the keys' names and limits, never the keys")
+    listing.add_argument("--keys-file", required=True)
+    return parser
+
+
+def _fail(source: str, problems: list[str]) -> int:
+    for problem in problems:
+        print(f"{source}: {problem}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _read_ring(path: Path) -> tuple[str, KeyRing]:
+    text = read_keys_file(path)
+    return text, parse_keys(text, source=str(path))
+
+
+def _entry_toml(
+    name: str,
+    digest_hex: str,
+    aliases: tuple[str, ...],
+    rpm: int | None,
+    tpm: int | None,
+    budget: float | None,
+) -> str:
+    # JSON's string escapes are valid in TOML basic strings.
+    lines = [f"[keys.{name}]", f'sha256 = "{digest_hex}"']
+    if aliases:
+        lines.append(f"aliases = [{', '.join(json.dumps(a) for a in aliases)}]")
+    if rpm is not None:
+        lines.append(f"rpm = {rpm}")
+    if tpm is not None:
+        lines.append(f"tpm = {tpm}")
+    if budget is not None:
+        lines.append(f"budget = {budget!r}")
+    return "\n".join(lines) + "\n"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text``: a temporary file in the same directory, mode 0600,
+    flushed to disk, then renamed over it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _describe(aliases: tuple[str, ...], rpm: object, tpm: object, budget: object) -> str:
+    def show(value: object) -> str:
+        return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    return (
+        f"aliases: {', '.join(aliases) if aliases else 'all'}; "
+        f"rpm: {show(rpm)}; tpm: {show(tpm)}; budget: {show(budget)}"
+    )
+
+
+def _new(args: argparse.Namespace) -> int:
+    path = Path(args.keys_file)
+    if not NAME_PATTERN.fullmatch(args.name):
+        return _fail(str(path), [f"{args.name!r}: a key's name is 1 to 64 of A-Z a-z 0-9 _ -"])
+    text = ""
+    if path.exists():
+        try:
+            text, ring = _read_ring(path)
+        except KeysFileError as exc:
+            return _fail(exc.source, [*exc.problems, "nothing written"])
+        if any(key.name == args.name for key in ring):
+            return _fail(str(path), [f"a key named {args.name!r} already exists"])
+    key = new_key()
+    entry = _entry_toml(args.name, hash_key(key), args.aliases, args.rpm, args.tpm, args.budget)
+    if not text.strip():
+        text = NEW_FILE_HEADER
+    new_text = text + ("" if text.endswith("\n") else "\n") + "\n" + entry
+    found = parse_keys(new_text, source=str(path)).lookup(key)
+    if found is None or found.name != args.name:
+        return _fail(str(path), ["the new entry does not read back; nothing written"])
+    try:
+        write_atomically(path, new_text)
+    except OSError as exc:
+        return _fail(str(path), [f"cannot write: {exc.strerror or exc}"])
+    described = _describe(args.aliases, args.rpm, args.tpm, args.budget)
+    print(f"created key {args.name!r} in {path} ({described})")
+    print("the key is shown this once; the file keeps only its SHA-256:")
+    print(key)
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    path = Path(args.keys_file)
+    try:
+        _, ring = _read_ring(path)
+    except KeysFileError as exc:
+        return _fail(exc.source, exc.problems)
+    if not len(ring):
+        print(f"{path}: no keys")
+        return 0
+    for key in sorted(ring, key=lambda k: k.name):
+        print(f"{key.name}  ({_describe(key.aliases, key.rpm, key.tpm, key.budget)})")
+    return 0
+
+
+def keys_main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "new":
+        return _new(args)
+    return _list(args)

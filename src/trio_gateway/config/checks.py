@@ -1,0 +1,268 @@
+"""The value checks of ``gateway.toml``: what the types alone cannot say.
+
+``config.py`` reads a file into its classes (the structure); these functions then list every
+problem with a value, each with its dotted path, so that all of them are reported at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trio_gateway.core.keys import KeysFileError, load_keys
+from trio_gateway.redis.url import parse_redis_url
+
+if TYPE_CHECKING:
+    from trio_gateway.config.schema import GatewayConfig, ProviderConfig
+
+# Worker processes of one `serve`: a bound on what one mistyped number starts.
+MAX_WORKERS = 64
+
+
+def _parse_listen(value: str) -> str | None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f"expected HOST:PORT, got {value!r}"
+    return None
+
+
+def _endpoint_problems(where: str, p: ProviderConfig) -> list[str]:
+    problems = []
+    if p.type != "openai_compatible":
+        problems.append(f"{where}.endpoints: only for type 'openai_compatible'")
+    if p.base_url is not None:
+        problems.append(f"{where}: give base_url or endpoints, not both")
+    for i, url in enumerate(p.endpoints):
+        if not re.match(r"^https?://[^/\s]+", url):
+            problems.append(f"{where}.endpoints[{i}]: expected an http:// or https:// URL")
+        elif url.rstrip("/") in (u.rstrip("/") for u in p.endpoints[:i]):
+            problems.append(f"{where}.endpoints[{i}]: {url!r} is listed twice")
+    return problems
+
+
+def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
+    """What one provider's type requires, and what it does not take."""
+    problems = []
+    if p.endpoints:
+        problems.extend(_endpoint_problems(where, p))
+    elif p.base_url is None:
+        if p.type == "openai_compatible":
+            problems.append(f"{where}.base_url: required for type 'openai_compatible'")
+    elif not re.match(r"^https?://[^/\s]+", p.base_url):
+        problems.append(f"{where}.base_url: expected an http:// or https:// URL")
+    if not p.endpoints and p.routing != "least_loaded":
+        problems.append(f"{where}.routing: only for a provider with endpoints (replicas)")
+    if p.affinity_epsilon <= 0:
+        problems.append(f"{where}.affinity_epsilon: must be greater than 0")
+    sources = [k for k in ("api_key_env", "api_key_file", "credentials_file") if getattr(p, k)]
+    if len(sources) > 1:
+        problems.append(f"{where}: give one of {', '.join(sources)}, not several")
+    if p.credentials_file is not None and p.type != "vertex":
+        problems.append(f"{where}.credentials_file: only for type 'vertex' (a service account)")
+    if p.type in ("openai", "anthropic", "gemini", "vertex") and not sources:
+        key = (
+            "api_key_env, api_key_file or credentials_file"
+            if p.type == "vertex"
+            else ("api_key_env or api_key_file")
+        )
+        problems.append(f"{where}: type {p.type!r} needs a credential ({key})")
+    for key in ("project", "location"):
+        value = getattr(p, key)
+        if p.type == "vertex" and not value:
+            problems.append(f"{where}.{key}: required for type 'vertex'")
+        elif p.type != "vertex" and value is not None:
+            problems.append(f"{where}.{key}: only for type 'vertex'")
+    if p.location is not None and not re.fullmatch(r"[a-z0-9-]+", p.location):
+        problems.append(f"{where}.location: expected a region name like 'us-central1'")
+    if p.default_max_tokens < 1:
+        problems.append(f"{where}.default_max_tokens: must be at least 1")
+    for key in ("api_key_file", "credentials_file"):
+        path = getattr(p, key)
+        if path is not None and (err := _credential_file_problem(path, key)) is not None:
+            problems.append(f"{where}.{key}: {err}")
+    return problems
+
+
+def _credential_file_problem(path: str, key: str) -> str | None:
+    """Whether a credential file can be used; the message never quotes its content."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    except UnicodeDecodeError:
+        return f"{path} is not UTF-8 text"
+    if not text.strip():
+        return f"{path} is empty"
+    if key == "credentials_file":
+        try:
+            account = json.loads(text)
+        except ValueError:
+            return f"{path} is not a service-account JSON file"
+        missing = [
+            k
+            for k in ("client_email", "private_key")
+            if not isinstance(account, dict) or not account.get(k)
+        ]
+        if missing:
+            return f"{path} is not a service-account JSON file (no {', '.join(missing)})"
+    return None
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether ``HOST:PORT`` listens on this host only. A name other than ``localhost`` is not
+    resolved and counts as reachable from elsewhere."""
+    host = listen.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _auth_problems(config: GatewayConfig) -> list[str]:
+    auth = config.auth
+    if auth.keys_file is not None and auth.open is not None:
+        return ["auth: give keys_file (keys required) or open (no keys), not both"]
+    if auth.open is False:
+        return ["auth.open: false requires keys; give keys_file = PATH instead"]
+    if auth.keys_file is None and auth.open is None and not is_loopback(config.server.listen):
+        return [
+            f"auth: server.listen {config.server.listen!r} is not a loopback address, so callers "
+            'need API keys: give [auth] keys_file = "PATH" (or open = true to serve without)'
+        ]
+    if auth.keys_file is not None:
+        try:
+            load_keys(auth.keys_file, known_aliases=config.aliases.keys())
+        except KeysFileError as exc:
+            return [f"auth.keys_file: {exc.source}: {problem}" for problem in exc.problems]
+    return []
+
+
+def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
+    problems: list[str] = []
+    if (err := _parse_listen(config.server.listen)) is not None:
+        problems.append(f"server.listen: {err}")
+    else:
+        problems.extend(_auth_problems(config))
+    if not 1 <= config.server.workers <= MAX_WORKERS:
+        problems.append(f"server.workers: must be from 1 to {MAX_WORKERS}")
+    for key in ("max_body_bytes", "stream_buffer_events"):
+        if getattr(config.server, key) < 1:
+            problems.append(f"server.{key}: must be at least 1")
+    for key in ("client_stall_timeout_s", "head_timeout_s", "body_timeout_s", "drain_timeout_s"):
+        if getattr(config.server, key) <= 0:
+            problems.append(f"server.{key}: must be greater than 0")
+    for key in (
+        "max_sockets",
+        "max_message_bytes",
+        "max_requests_per_socket",
+        "max_queued_events",
+    ):
+        if getattr(config.websocket, key) < 1:
+            problems.append(f"websocket.{key}: must be at least 1")
+    for key in ("ping_interval_s", "ping_timeout_s"):
+        if getattr(config.websocket, key) <= 0:
+            problems.append(f"websocket.{key}: must be greater than 0")
+    if not config.aliases:
+        problems.append("aliases: at least one alias is needed")
+    seen: dict[str, tuple[str, ProviderConfig]] = {}
+    for alias_name, alias in config.aliases.items():
+        if not alias.providers:
+            problems.append(f"aliases.{alias_name}.providers: at least one provider is needed")
+        if alias.max_queue_wait_s < 0:
+            problems.append(f"aliases.{alias_name}.max_queue_wait_s: must be 0 or more")
+        if alias.max_queued < 0:
+            problems.append(f"aliases.{alias_name}.max_queued: must be 0 or more")
+        names_here: set[str] = set()
+        for i, p in enumerate(alias.providers):
+            where = f"aliases.{alias_name}.providers[{i}]"
+            if p.name in names_here:
+                problems.append(f"{where}.name: duplicate provider name {p.name!r} in this alias")
+            names_here.add(p.name)
+            if p.name in seen and seen[p.name][1] != p:
+                problems.append(
+                    f"{where}.name: provider {p.name!r} is also defined, differently, at "
+                    f"{seen[p.name][0]} (aliases that share a provider must define it the same)"
+                )
+            seen.setdefault(p.name, (where, p))
+            problems.extend(_provider_type_problems(where, p))
+            if p.max_inflight < 1:
+                problems.append(f"{where}.max_inflight: must be at least 1")
+            if p.weight < 0:
+                problems.append(f"{where}.weight: must be 0 or more")
+            if p.queue_timeout_s < 0:
+                problems.append(f"{where}.queue_timeout_s: must be 0 or more")
+            for key in (
+                "connect_timeout_s",
+                "first_token_timeout_s",
+                "idle_timeout_s",
+                "probe_interval_s",
+                "probe_timeout_s",
+                "scrape_interval_s",
+            ):
+                if getattr(p, key) <= 0:
+                    problems.append(f"{where}.{key}: must be greater than 0")
+            for key in ("unhealthy_after", "healthy_after"):
+                if getattr(p, key) < 1:
+                    problems.append(f"{where}.{key}: must be at least 1")
+            if p.startup_grace_s < 0:
+                problems.append(f"{where}.startup_grace_s: must be 0 or more")
+            if p.api_key_env is not None and not environ.get(p.api_key_env):
+                problems.append(
+                    f"{where}.api_key_env: environment variable {p.api_key_env!r} is not set"
+                )
+    for sim_name, sim in config.simulators.items():
+        if (err := _parse_listen(sim.listen)) is not None:
+            problems.append(f"simulators.{sim_name}.listen: {err}")
+    for key in ("queue_size", "batch_max"):
+        if getattr(config.usage, key) < 1:
+            problems.append(f"usage.{key}: must be at least 1")
+    if config.usage.flush_interval_s <= 0:
+        problems.append("usage.flush_interval_s: must be greater than 0")
+    for p in config.providers().values():
+        prices = ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok")
+        for price in prices:
+            if getattr(p, price) < 0:
+                problems.append(f"providers.{p.name}.{price}: must be at least 0")
+    if config.redis is not None:
+        try:
+            parse_redis_url(config.redis.url)
+        except ValueError as exc:
+            problems.append(f"redis.url: {exc}")
+        if config.redis.timeout_s <= 0:
+            problems.append("redis.timeout_s: must be greater than 0")
+        # Renewed every third of the TTL, each renewal within timeout_s.
+        if config.redis.lease_ttl_s < 3 * config.redis.timeout_s:
+            problems.append(
+                "redis.lease_ttl_s: must be at least 3 x redis.timeout_s "
+                f"({3 * config.redis.timeout_s:g}), or leases expire while renewed"
+            )
+    if config.limits.hold_ttl_s <= 0:
+        problems.append("limits.hold_ttl_s: must be greater than 0")
+    if config.usage.sink == "redis_stream" and config.redis is None:
+        problems.append('usage.sink: "redis_stream" needs a [redis] table')
+    if config.usage.stream_maxlen < 1:
+        problems.append("usage.stream_maxlen: must be at least 1")
+    if config.usage.ledger == "":
+        problems.append('usage.ledger: a file path, or "none"')
+    return problems
+
+
+def raw_secret_problems(raw: dict[str, Any], environ: Mapping[str, str]) -> list[str]:
+    problems = []
+    aliases = raw.get("aliases")
+    for alias_name, alias in aliases.items() if isinstance(aliases, dict) else ():
+        providers = alias.get("providers") if isinstance(alias, dict) else None
+        for i, provider in enumerate(providers if isinstance(providers, list) else ()):
+            env = provider.get("api_key_env") if isinstance(provider, dict) else None
+            if isinstance(env, str) and not environ.get(env):
+                problems.append(
+                    f"aliases.{alias_name}.providers[{i}].api_key_env: "
+                    f"environment variable {env!r} is not set"
+                )
+    return problems

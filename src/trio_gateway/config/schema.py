@@ -1,0 +1,232 @@
+"""``gateway.toml``: frozen attrs classes read through one strict cattrs converter.
+
+Strict means: unknown keys, wrong types (``"8"`` is not 8, ``true`` is not 1) and missing fields are
+errors, and every problem in a file is reported at once, each with its dotted path.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from trio_gateway.core.capability import Capability
+from trio_gateway.sim.config import SimConfig
+
+DEFAULT_CONFIG_NAME = "gateway.toml"
+
+
+ProviderType = Literal["openai_compatible", "openai", "anthropic", "gemini", "vertex"]
+PROVIDER_TYPES: tuple[str, ...] = ("openai_compatible", "openai", "anthropic", "gemini", "vertex")
+# Each vendor's public endpoint, as its own SDK spells it (paths are appended by the dialect).
+DEFAULT_BASE_URLS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+    "vertex": "https://{location}-aiplatform.googleapis.com",
+}
+OnSaturated = Literal["spill", "queue"]
+Routing = Literal["round_robin", "least_loaded", "affinity"]
+ROUTINGS: tuple[str, ...] = ("round_robin", "least_loaded", "affinity")
+OnRedisError = Literal["fail_open", "fail_closed"]
+OnLeaseError = Literal["share", "refuse"]
+UsageSinkKind = Literal["sqlite", "redis_stream", "none"]
+
+
+@attrs.frozen
+class Secret:
+    """A credential; its repr never shows the value."""
+
+    value: str = attrs.field(repr=False)
+
+    def __repr__(self) -> str:
+        return "<SECRET>"
+
+
+@attrs.frozen(kw_only=True)
+class ServerConfig:
+    listen: str = "127.0.0.1:8080"
+    max_body_bytes: int = 4 * 1024 * 1024
+    # No longer used: answers go to the client as they come (server.warn_unused_keys says so).
+    stream_buffer_events: int = 64
+    client_stall_timeout_s: float = 30.0
+    # A request's head must be whole this long after the connection opened (or, on a kept-alive
+    # connection, after its first byte came); its body this long after the gateway began to
+    # read it (docs/architecture.md, "The HTTP/1.x edge").
+    head_timeout_s: float = 30.0
+    body_timeout_s: float = 60.0
+    drain_timeout_s: float = 30.0
+    # Processes serving one listening socket, each a whole gateway (docs/deployment.md).
+    # Without [redis], each takes max_inflight // workers of every provider's slots.
+    workers: int = 1
+
+
+@attrs.frozen(kw_only=True)
+class WebSocketConfig:
+    """``GET /v1/ws`` limits (docs/events.md)."""
+
+    # Sockets open at once on this gateway; one more is refused at the handshake (HTTP 403).
+    max_sockets: int = 1000
+    max_message_bytes: int = 4 * 1024 * 1024
+    max_requests_per_socket: int = 16
+    # Events waiting to be written; a client that lets more pile up is closed (4001).
+    max_queued_events: int = 1024
+    ping_interval_s: float = 20.0
+    ping_timeout_s: float = 20.0
+
+
+@attrs.frozen(kw_only=True)
+class AuthConfig:
+    """``[auth]``: API keys from ``keys_file``, or ``open = true`` for none (docs/accounting.md).
+
+    Neither given: open on a loopback ``listen`` only (a config error elsewhere)."""
+
+    keys_file: str | None = None
+    open: bool | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ProviderConfig:
+    name: str
+    type: ProviderType
+    model: str
+    # Optional for the cloud vendors: their public endpoint (DEFAULT_BASE_URLS); see ``endpoint``.
+    base_url: str | None = None
+    # openai_compatible only, in place of base_url: replicas of one served model, each with its
+    # own max_inflight gate, health and probe (docs/routing.md); ``routing`` picks among them.
+    endpoints: tuple[str, ...] = ()
+    routing: Routing = "least_loaded"
+    affinity_epsilon: float = 0.25  # bounded load: a replica above (1 + this) x the mean passes
+    # How often a probed openai_compatible provider's /load and /metrics are read (the replica
+    # signals least_loaded uses, and the prefix-cache hit rate on the gateway's /metrics).
+    scrape_interval_s: float = 5.0
+    # The credential: an API key (or, for vertex, a ready OAuth2 access token) from an
+    # environment variable or a file; vertex may instead name a service-account JSON file.
+    api_key_env: str | None = None
+    api_key_file: str | None = None
+    credentials_file: str | None = None
+    # vertex only: where the model runs.
+    project: str | None = None
+    location: str | None = None
+    # anthropic requires max_tokens on every request: this is sent when the client gave none.
+    default_max_tokens: int = 4096
+    max_inflight: int = 32
+    queue_timeout_s: float = 1.0
+    capabilities: frozenset[Capability] = frozenset()
+    weight: int = 100
+    strip_fields: tuple[str, ...] = ()
+    connect_timeout_s: float = 5.0
+    first_token_timeout_s: float = 120.0
+    idle_timeout_s: float = 60.0
+    # Readiness: a real one-token generation, outside the gate.
+    probe: bool = True
+    probe_interval_s: float = 30.0
+    probe_timeout_s: float = 15.0
+    unhealthy_after: int = 3
+    healthy_after: int = 2
+    startup_grace_s: float = 600.0
+    # Per million tokens, in the unit of the keys' budgets (docs/accounting.md#budgets).
+    price_input_per_mtok: float = 0.0
+    price_cached_input_per_mtok: float = 0.0
+    price_output_per_mtok: float = 0.0
+
+    @property
+    def endpoint(self) -> str:
+        """``base_url`` without a trailing slash, or the vendor's public endpoint."""
+        if self.base_url is not None:
+            return self.base_url.rstrip("/")
+        if self.type == "vertex" and self.location == "global":
+            # The global endpoint has no region in its host name.
+            return "https://aiplatform.googleapis.com"
+        default = DEFAULT_BASE_URLS.get(self.type, "")
+        return default.format(location=self.location or "us-central1")
+
+
+@attrs.frozen(kw_only=True)
+class AliasConfig:
+    providers: tuple[ProviderConfig, ...]
+    # What a request does when every provider's gate is full: move on to the next provider
+    # (weight-0 fallbacks included), or wait in the alias's bounded queue for the first choice.
+    on_saturated: OnSaturated = "spill"
+    max_queue_wait_s: float = 10.0
+    max_queued: int = 100
+
+
+@attrs.frozen(kw_only=True)
+class SimulatorConfig:
+    listen: str
+    sim: SimConfig
+
+
+@attrs.frozen(kw_only=True)
+class UsageConfig:
+    """``[usage]``: where each request's usage record goes (docs/accounting.md)."""
+
+    # A SQLite file (a relative path is read from the config file's directory), or "none".
+    # Unset: trio-gateway-usage.sqlite3 next to the config file (in memory for a config that
+    # was not read from a file).
+    ledger: str | None = None
+    # Where records go: the SQLite ledger (default), a Redis Stream (needs [redis]), or nowhere.
+    sink: UsageSinkKind = "sqlite"
+    # redis_stream: the stream's name and its approximate length cap (XADD MAXLEN ~).
+    stream: str = "trio-gateway:usage"
+    stream_maxlen: int = 1_000_000
+    # Records waiting to be written; past this, records are dropped (and counted), never waited on.
+    queue_size: int = 10000
+    batch_max: int = 500
+    flush_interval_s: float = 1.0
+
+
+@attrs.frozen(kw_only=True)
+class RedisConfig:
+    """``[redis]``: where budgets, holds and rate limits are shared between replicas."""
+
+    url: str
+    # Every Redis call's deadline: a request never waits on Redis longer than this.
+    timeout_s: float = 0.25
+    # What a request meets when Redis does not answer in time: served unlimited, or 503.
+    on_error: OnRedisError = "fail_open"
+    key_prefix: str = "tgw:"
+    # Providers' max_inflight as leases every gateway process on this Redis shares (gate.py).
+    leases: bool = True
+    # A process that dies (kill -9 included) gives its slots back within this.
+    lease_ttl_s: float = 10.0
+    # Redis failing: each process takes its share of max_inflight (by the processes it last
+    # saw), or admits nothing until Redis answers.
+    on_lease_error: OnLeaseError = "share"
+
+
+@attrs.frozen(kw_only=True)
+class LimitsConfig:
+    """``[limits]``: budget holds (docs/accounting.md#budgets)."""
+
+    # A hold not settled by then (its replica died) stops counting against the budget.
+    hold_ttl_s: float = 900.0
+
+
+@attrs.frozen(kw_only=True)
+class GatewayConfig:
+    server: ServerConfig = ServerConfig()
+    websocket: WebSocketConfig = WebSocketConfig()
+    auth: AuthConfig = AuthConfig()
+    aliases: dict[str, AliasConfig]
+    simulators: dict[str, SimulatorConfig] = attrs.field(factory=dict)
+    usage: UsageConfig = UsageConfig()
+    redis: RedisConfig | None = None
+    limits: LimitsConfig = LimitsConfig()
+    # Not read from TOML: filled in by load, from the environment.
+    api_keys: dict[str, Secret] = attrs.field(factory=dict)
+    source: str = "<config>"
+
+    def providers(self) -> dict[str, ProviderConfig]:
+        """Every provider by name; aliases that name the same provider share it."""
+        return {p.name: p for alias in self.aliases.values() for p in alias.providers}
+
+
+class ConfigError(Exception):
+    """Every problem found in one config file."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))

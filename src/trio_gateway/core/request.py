@@ -1,0 +1,175 @@
+"""A client's chat request: validated once at the front, read by routing and providers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import InvalidJSON, InvalidRequest, UnsupportedParameter
+from trio_gateway.core.usage import estimate_prompt_tokens
+from trio_gateway.core.validation import validate_body, within_depth
+
+# Gateway extensions in the request body; never sent to a provider as they are.
+GATEWAY_FIELDS = frozenset({"reasoning"})
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+_NOTHING_REQUIRED: frozenset[Capability] = frozenset()
+
+
+@attrs.define(kw_only=True)
+class ChatRequest:
+    """Not frozen for one reason: ``release_body`` (below)."""
+
+    alias: str
+    # The parsed body, as validated; empty once released.
+    body: dict[str, Any]
+    stream: bool
+    include_usage: bool
+    # None: the provider's default; True/False: the client asked for reasoning on/off.
+    reasoning: bool | None
+    required: frozenset[Capability]
+    # The API key's name (docs/accounting.md), set by the front once the key may use the alias;
+    # None when the gateway serves without keys.
+    key_name: str | None = None
+    # The client's x-session-id header: which conversation this turn belongs to, so replica
+    # affinity routing keeps it where its prefix is cached (docs/routing.md).
+    session_id: str | None = None
+    # The prompt's estimate (usage.estimate_prompt_tokens), taken when the body is released.
+    _prompt_estimate: int | None = attrs.field(default=None, init=False, repr=False)
+
+    def release_body(self) -> None:
+        """Drop the parsed body, keeping the prompt's estimate: once an answer has begun, no
+        other attempt will translate the request, and only a usage record cut short reads it
+        again. A long prompt is otherwise held for as long as its answer streams, thousands of
+        answers at once."""
+        if self._prompt_estimate is None:
+            self._prompt_estimate = estimate_prompt_tokens(self.body.get("messages"))
+            self.body = {}
+
+    def prompt_estimate(self) -> int:
+        """The prompt's tokens as estimated for a vendor that never counted them."""
+        if self._prompt_estimate is not None:
+            return self._prompt_estimate
+        return estimate_prompt_tokens(self.body.get("messages"))
+
+
+def _reasoning_switch(body: dict[str, Any]) -> bool | None:
+    switch = body.get("reasoning")
+    if switch is not None and type(switch) is not bool:
+        raise InvalidRequest("'reasoning' must be true or false", param="reasoning")
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise InvalidRequest(
+            f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)}; got {effort!r}",
+            param="reasoning_effort",
+        )
+    from_effort = None if effort is None else effort != "none"
+    if switch is not None and from_effort is not None and switch != from_effort:
+        raise InvalidRequest(
+            f"'reasoning': {str(switch).lower()} contradicts 'reasoning_effort': {effort!r}",
+            param="reasoning",
+        )
+    return switch if switch is not None else from_effort
+
+
+def _has_image(messages: list[dict[str, Any]]) -> bool:
+    # Validation admits OpenAI's one image part, "image_url", and refuses any other part type
+    # (the Responses API's "input_image", Anthropic's "image"), so no other shape gets here.
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if part.get("type") == "image_url":
+                    return True
+    return False
+
+
+class _NotJSON(ValueError):
+    pass
+
+
+def _no_constants(name: str) -> object:
+    # Python's json reads NaN and Infinity; JSON has no such values, and no upstream takes them.
+    raise _NotJSON(f"{name} is not a JSON value")
+
+
+# json.loads with any argument builds a new decoder (and its scanner) per call: this one is
+# built once, and keeps no state between calls.
+_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+
+
+def strict_loads(raw: bytes | str) -> Any:
+    """JSON as the RFC has it: NaN and Infinity are errors, and so is nesting too deep for the
+    parser (a ValueError, not a crash). Bytes are read as ``json.loads`` reads them (UTF-8, 16
+    or 32, a UTF-8 BOM skipped), and a text starting with a BOM is refused as it refuses it."""
+    if isinstance(raw, str):
+        if raw.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
+        text = raw
+    else:
+        text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+    try:
+        return _DECODER.decode(text)
+    except RecursionError:
+        raise _NotJSON("nested too deeply") from None
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    """Validate a ``/v1/chat/completions`` body; raise a ``RequestError`` saying what is wrong."""
+    try:
+        body = strict_loads(raw)
+    except _NotJSON as exc:
+        raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidJSON(f"request body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidJSON(
+            f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    return validate_chat_body(body, depth_known=within_depth(raw))
+
+
+def validate_chat_body(body: object, *, depth_known: bool = False) -> ChatRequest:
+    """Validate a decoded chat body (the WebSocket front's ``body``, already JSON);
+    ``depth_known`` as :func:`~trio_gateway.core.validation.validate_body` takes it."""
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    alias = body.get("model")
+    if not isinstance(alias, str) or not alias:
+        raise InvalidRequest("'model' must be a non-empty string (an alias)", param="model")
+    # OpenAI's own rules, every field at once: after this, each field read below has its shape.
+    validate_body(body, depth_known=depth_known)
+    messages: list[dict[str, Any]] = body["messages"]
+    # Null is "not given", as at OpenAI.
+    stream = body.get("stream") is True
+    stream_options = body.get("stream_options") or {}
+    include_usage = stream_options.get("include_usage") is True
+    # Valid at OpenAI, but the gateway's one event stream carries one choice and no logprobs.
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise UnsupportedParameter("only n=1 is supported", param="n")
+    if body.get("logprobs") or body.get("top_logprobs"):
+        raise UnsupportedParameter("logprobs are not supported by the gateway", param="logprobs")
+
+    required: set[Capability] = set()
+    if body.get("tools"):
+        required.add(Capability.TOOLS)
+    if _has_image(messages):
+        required.add(Capability.VISION)
+    response_format = body.get("response_format")
+    if response_format is not None and response_format["type"] == "json_schema":
+        required.add(Capability.JSON_SCHEMA)
+    reasoning = _reasoning_switch(body)
+    if reasoning:
+        required.add(Capability.REASONING)
+    return ChatRequest(
+        alias=alias,
+        body=body,
+        stream=stream,
+        include_usage=stream and include_usage,
+        reasoning=reasoning,
+        # One empty set for all, not one each (thousands of open requests hold theirs).
+        required=frozenset(required) if required else _NOTHING_REQUIRED,
+    )

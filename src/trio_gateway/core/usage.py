@@ -1,0 +1,179 @@
+"""One usage record per request, whichever front served it and however it ended. Pure.
+
+::
+
+    parser (per chunk: keeps the latest cumulative counts, a plain assignment)
+      │ the answer ends ............ Usage event ──────────────▶ Outcome.usage
+      │ the stream is cut .......... the shell asks usage_so_far() once ─▶ UsageMeter
+      ▼
+    relay.record ──▶ usage_record(...) ──▶ UsageSink.offer (never blocks; ledger.py)
+
+Requests refused before an answer began (invalid JSON, unknown model, validation, overloaded, a
+refused key) get a ``refused`` record with zero tokens (:func:`refused_record`).
+
+``estimated`` is true when the counts are not the vendor's own: a stream cut before the vendor
+sent cumulative counts covering everything it streamed. Then the completion is counted from what
+was streamed (:func:`estimate_tokens`: one token per chunk for OpenAI-style streams, which send
+one token per chunk; characters / 4 elsewhere) and a prompt the vendor never reported is
+estimated from the request's messages the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Literal, Protocol
+
+import attrs
+
+from trio_gateway.core.events import Usage
+
+Outcome = Literal["completed", "failed", "cancelled", "refused"]
+OUTCOMES: tuple[str, ...] = ("completed", "failed", "cancelled", "refused")
+# The usual rule of thumb for English text with BPE vocabularies.
+CHARS_PER_TOKEN = 4
+# Error codes the gateway itself answers before asking any provider: a refusal, not a failure.
+REFUSAL_CODES = frozenset({"overloaded", "shutting_down"})
+
+
+def estimate_tokens(chars: int) -> int:
+    """``chars`` of streamed text → tokens, rounded up (any text is at least one token)."""
+    return -(-chars // CHARS_PER_TOKEN)
+
+
+@attrs.frozen(slots=True)
+class PartialUsage:
+    """The usage of an answer so far, as a parser knows it when its stream is cut."""
+
+    usage: Usage
+    estimated: bool
+
+
+@attrs.define(slots=True)
+class UsageMeter:
+    """Where the provider shell leaves the parser's usage when an attempt's stream ends (cut or
+    not): read once per attempt, never per chunk. The last attempt's wins."""
+
+    partial: PartialUsage | None = None
+
+
+@attrs.frozen(kw_only=True)
+class UsageRecord:
+    request_id: str
+    key: str | None
+    alias: str | None
+    provider: str | None
+    outcome: Outcome
+    error_code: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_tokens: int = 0
+    estimated: bool = False
+    ttft_s: float | None = None
+    duration_s: float = 0.0
+    started_at: float  # wall clock, seconds since the epoch
+
+    def as_row(self) -> dict[str, object]:
+        return attrs.asdict(self)
+
+
+class UsageSink(Protocol):
+    """Where records go (chosen in config: the SQLite ledger, or nowhere)."""
+
+    def offer(self, record: UsageRecord) -> bool:
+        """Take ``record`` without ever blocking; False if it had to be dropped."""
+        ...
+
+
+@attrs.frozen
+class NullSink:
+    """``[usage] ledger = "none"``: records are made and dropped."""
+
+    def offer(self, record: UsageRecord) -> bool:
+        return True
+
+
+NULL_SINK = NullSink()
+
+
+def estimate_prompt_tokens(messages: object) -> int:
+    """A prompt the vendor never counted (a cut stream of a vendor without early usage)."""
+    if not messages:
+        return 0
+    return estimate_tokens(len(json.dumps(messages, ensure_ascii=False)))
+
+
+def usage_record(
+    *,
+    request_id: str,
+    key: str | None,
+    alias: str,
+    provider: str | None,
+    cancelled: str | None,
+    error_code: str | None,
+    emitted: bool,
+    usage: Usage | None,
+    partial: PartialUsage | None,
+    prompt_estimate: Callable[[], int],
+    ttft_s: float | None,
+    duration_s: float,
+    started_at: float,
+) -> UsageRecord:
+    """The record of a request that reached the relay.
+
+    ``usage`` is the vendor's final count (the answer's ``Usage`` event), ``partial`` what the
+    parser knew when its stream ended; ``emitted`` whether any event reached the relay;
+    ``prompt_estimate`` is called for a prompt the vendor never counted."""
+    if cancelled is not None:
+        outcome: Outcome = "cancelled"
+        code: str | None = cancelled
+    elif error_code is not None:
+        code = error_code
+        outcome = "refused" if error_code in REFUSAL_CODES and not emitted else "failed"
+    else:
+        outcome, code = "completed", None
+    estimated = False
+    if usage is None and partial is not None:
+        usage, estimated = partial.usage, partial.estimated
+        if estimated and usage.prompt_tokens == 0:
+            usage = attrs.evolve(usage, prompt_tokens=prompt_estimate())
+    return UsageRecord(
+        request_id=request_id,
+        key=key,
+        alias=alias,
+        provider=provider,
+        outcome=outcome,
+        error_code=code,
+        prompt_tokens=usage.prompt_tokens if usage else 0,
+        completion_tokens=usage.completion_tokens if usage else 0,
+        reasoning_tokens=(usage.reasoning_tokens or 0) if usage else 0,
+        cached_tokens=(usage.cached_tokens or 0) if usage else 0,
+        estimated=estimated,
+        ttft_s=ttft_s,
+        duration_s=duration_s,
+        started_at=started_at,
+    )
+
+
+def refused_record(
+    *,
+    request_id: str,
+    key: str | None,
+    alias: str | None,
+    error_code: str,
+    started_at: float,
+    duration_s: float = 0.0,
+    cancelled: bool = False,
+) -> UsageRecord:
+    """A request that never reached a provider: refused (or its client left first)."""
+    return UsageRecord(
+        request_id=request_id,
+        key=key,
+        alias=alias,
+        provider=None,
+        outcome="cancelled" if cancelled else "refused",
+        error_code=error_code,
+        duration_s=duration_s,
+        started_at=started_at,
+    )

@@ -1,0 +1,181 @@
+"""The providers a gateway serves now: built from a config, each with its own connections and
+background services (probe, scrape), and swapped by a reload without cutting a stream.
+
+Each provider owns an ``AsyncExitStack`` (its connection pools) and a cancel scope (its probes
+and scrapes), so a reload can retire one provider and leave the others alone: a retired
+provider's services stop at once, and its connections close only once the requests it still
+holds (and those queued at its gate by a plan made before the reload) have ended.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import AsyncExitStack
+
+import attrs
+import trio
+
+from trio_gateway.capacity.gate import LeaseBroker, LocalGate, SharedGate
+from trio_gateway.capacity.health import ProviderHealth, probe_service
+from trio_gateway.config.schema import ProviderConfig, Secret
+from trio_gateway.dispatch.scrape import scrape_service
+from trio_gateway.providers.credentials import credential_source
+from trio_gateway.providers.openai_compatible.replicas import (
+    Replica,
+    ReplicaSet,
+    replica_config,
+    replica_label,
+)
+from trio_gateway.providers.upstream import Upstream
+
+log = logging.getLogger("trio_gateway")
+
+# How often a retired provider is checked for requests it still holds.
+RETIRE_POLL_S = 0.5
+
+Provider = Upstream | ReplicaSet
+Gate = LocalGate | SharedGate
+
+
+@attrs.frozen
+class Gates:
+    """How this process makes a provider's gate: leases shared by every gateway on one Redis
+    (``broker``); else its own slots, which with ``[server] workers`` are its share."""
+
+    broker: LeaseBroker | None = None
+    workers: int = 1
+
+    def slots(self, max_inflight: int) -> int:
+        """This process's slots of a provider's ``max_inflight`` (all of them when leased:
+        the leases keep the limit for every process together)."""
+        if self.broker is not None:
+            return max_inflight
+        # Split evenly, at least one each (so N workers may together run N when
+        # max_inflight < N).
+        return max(1, max_inflight // self.workers)
+
+    def make(self, key: str, max_inflight: int) -> Gate:
+        """The gate of ``key`` ("vllm", "vllm@10.0.0.1:8000")."""
+        if self.broker is not None:
+            return self.broker.gate(key, max_inflight)
+        return LocalGate(self.slots(max_inflight))
+
+
+@attrs.define(eq=False)
+class Running:
+    """One provider as it runs: what requests use, what it holds open, what runs for it."""
+
+    provider: Provider
+    # The health of a single-endpoint provider (a replicated one holds its replicas' own).
+    health: ProviderHealth | None
+    stack: AsyncExitStack
+    services: trio.CancelScope | None = None
+
+    def members(self) -> Iterator[tuple[str, Upstream, ProviderHealth]]:
+        """Each endpoint with its name in logs and the health its probe feeds."""
+        if isinstance(self.provider, ReplicaSet):
+            for replica in self.provider.replicas:
+                yield f"{self.provider.name}@{replica.name}", replica.upstream, replica.health
+        else:
+            assert self.health is not None
+            yield self.provider.name, self.provider, self.health
+
+    def resize(self, config: ProviderConfig, gates: Gates) -> None:
+        """Take a new weight, max_inflight or queue_timeout_s (reload.Change.RESIZED): the gate
+        keeps the requests it holds, and a smaller one admits again once enough have ended."""
+        provider = self.provider
+        if isinstance(provider, ReplicaSet):
+            provider.config = config
+            for replica in provider.replicas:
+                own = replica_config(config, replica.upstream.config.endpoint)
+                replica.upstream.config = own
+                replica.upstream.gate.resize(gates.slots(own.max_inflight))
+        else:
+            provider.config = config
+            provider.gate.resize(gates.slots(config.max_inflight))
+
+    def idle(self) -> bool:
+        """No attempt runs on it, and none waits at a gate of its own. A leased gate is the
+        same object for its successor (same key), so its waiters may be the successor's."""
+        return all(
+            upstream.active == 0
+            and (isinstance(upstream.gate, SharedGate) or upstream.statistics().waiting == 0)
+            for _, upstream, _ in self.members()
+        )
+
+    async def aclose(self) -> None:
+        for _, upstream, _ in self.members():
+            upstream.close_idle()
+        await self.stack.aclose()
+
+
+async def open_provider(
+    config: ProviderConfig, api_keys: Mapping[str, Secret], gates: Gates
+) -> Running:
+    """Its connection pools, gates and health; nothing is dialled yet."""
+    stack = AsyncExitStack()
+    try:
+        now = trio.current_time()
+        if config.endpoints:
+            replicas = []
+            for url in config.endpoints:
+                own = replica_config(config, url)
+                label = replica_label(url)
+                client = await stack.enter_async_context(Upstream.make_client(own))
+                upstream = Upstream(
+                    own,
+                    credential_source(own, api_keys, client),
+                    client,
+                    gate=gates.make(f"{config.name}@{label}", own.max_inflight),
+                )
+                replicas.append(Replica(label, upstream, ProviderHealth(own, now=now)))
+            return Running(ReplicaSet(config, replicas), None, stack)
+        client = await stack.enter_async_context(Upstream.make_client(config))
+        upstream = Upstream(
+            config,
+            credential_source(config, api_keys, client),
+            client,
+            gate=gates.make(config.name, config.max_inflight),
+        )
+        return Running(upstream, ProviderHealth(config, now=now), stack)
+    except BaseException:
+        await stack.aclose()
+        raise
+
+
+async def serve_services(
+    running: Running, *, task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """The provider's probes (and scrapes of a vLLM's /load and /metrics), the keeper of its
+    streams' read deadlines and the expiry of its idle connections, until the returned scope
+    is cancelled; each first probe has run by the time this has started."""
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            for name, upstream, health in running.members():
+                await nursery.start(upstream.expire_idle)
+                await nursery.start(upstream.serve_read_deadlines)
+                if not upstream.config.probe:
+                    continue
+                await nursery.start(
+                    probe_service, name, upstream.config, health, upstream.probe, upstream.read_load
+                )
+                if upstream.config.type == "openai_compatible":
+                    await nursery.start(scrape_service, upstream)
+            task_status.started(scope)
+            await trio.sleep_forever()
+
+
+async def retire(running: Running) -> None:
+    """Stop the provider's services now; close its connections once its last request ended."""
+    if running.services is not None:
+        running.services.cancel(reason="provider retired by a reload")
+    try:
+        # The gates announce no "idle": a retired provider is looked at twice a second.
+        while not running.idle():  # noqa: ASYNC110
+            await trio.sleep(RETIRE_POLL_S)
+        log.info("reload: provider %s retired (its last request has ended)", running.provider.name)
+    finally:
+        # Also at shutdown, which cancels the wait: its pools close either way.
+        with trio.CancelScope(shield=True):
+            await running.aclose()

@@ -1,0 +1,316 @@
+"""One request's structured concurrency: the answer produced in the request's own task, and
+a watcher that cancels it when the client goes away.
+
+::
+
+    nursery (the request's cancel scope)
+    ├── watcher: the client went away → cancel the scope
+    └── producer (the caller's task): run_attempts → emit → the sink → the client
+
+On the gateway's own HTTP/1.x server the watcher is no task at all: the server's one hang-up
+watch for every connection calls the request's ``HangUpWatch`` (``fronts/chat.HangUpCancel``),
+and an answer with nothing else beside it runs without a nursery.
+
+Cancelling the scope closes the upstream response at once, which is what makes vLLM abort and
+free the sequence's KV cache. There is no buffer of the gateway's own between the two sides and
+no second task: each batch of events the upstream gave in one read goes to the sink (the front's
+writer) as it is, and a sink whose client is slow makes the producer wait, so the upstream waits
+too (its socket's buffers are the only ones). A sink that finds its client behind for longer than
+``client_stall_timeout_s`` raises :class:`ClientStalled`; the upstream is released and the
+connection dropped. One task per answer also means one task switch per chunk, not two.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import attrs
+import trio
+
+from trio_gateway.accounting.admission import Admission
+from trio_gateway.core.errors import GatewayError, InternalError, ShuttingDown
+from trio_gateway.core.events import Event, ResponseStarted, Usage
+from trio_gateway.core.request import ChatRequest
+from trio_gateway.core.usage import UsageMeter, UsageRecord, usage_record
+from trio_gateway.dispatch.router import Plan
+from trio_gateway.ops.access import current as current_request
+from trio_gateway.ops.drain import SHUTDOWN
+
+log = logging.getLogger("trio_gateway")
+
+Item = Event | GatewayError
+Watch = Callable[[trio.CancelScope, "Outcome"], Awaitable[None]]
+DropConnection = Callable[[], object]
+
+
+class HangUpWatch(Protocol):
+    """A disconnect watcher's work done without a task (``fronts/chat.HangUpCancel``)."""
+
+    def start(self, scope: trio.CancelScope, outcome: Outcome) -> None:
+        """From now on, a hang-up of the client cancels ``scope`` and tells ``outcome``."""
+
+    def stop(self) -> None:
+        """No more of that (the answer is over)."""
+
+
+class ClientStalled(Exception):
+    """The client has been behind for longer than the stall period."""
+
+
+class ClientLeft(Exception):
+    """The client's connection is closed or reset: nothing more can be written."""
+
+
+class Sink(Protocol):
+    """Where one answer goes, called from the producer's task: a front's writer."""
+
+    async def put(self, items: Sequence[Item]) -> None:
+        """Deliver ``items`` (the events of one upstream read, or one final error). May wait
+        while the client is slow; raises :class:`ClientStalled` once it has been behind for
+        the stall period, :class:`ClientLeft` once it is gone."""
+
+    async def end(self) -> None:
+        """The answer is over (after its last ``put``, however it ended but by cancellation)."""
+
+
+CLIENT_GONE = "client_gone"
+CLIENT_STALL = "client_stall"
+
+
+@attrs.define
+class Outcome:
+    """How one request ended, for logs and metrics."""
+
+    cancelled: str | None = None  # CLIENT_GONE, CLIENT_STALL, or a front's own cause
+    error: GatewayError | None = None
+    provider: str | None = None  # the provider whose answer the client got
+    first_event_at: float | None = None
+    usage: Usage | None = None  # the vendor's final count
+    # The usage so far of the last attempt's stream, left by the provider shell when it ended:
+    # what a cut stream is billed.
+    meter: UsageMeter = attrs.field(factory=UsageMeter)
+
+    def observe(self, event: Event) -> None:
+        if self.first_event_at is None:
+            self.first_event_at = trio.current_time()
+        if isinstance(event, ResponseStarted):
+            self.provider = event.provider
+        elif isinstance(event, Usage):
+            self.usage = event
+
+
+def record(
+    plan: Plan,
+    outcome: Outcome,
+    started_at: float,
+    *,
+    request: ChatRequest,
+    request_id: str = "",
+    started_wall: float | None = None,
+) -> UsageRecord:
+    """One request's metrics and its one usage record, whichever front served it."""
+    router = plan.router
+    error = outcome.error
+    provider = outcome.provider or (error.provider if error else None) or ""
+    now = trio.current_time()
+    first_event_at = outcome.first_event_at
+    ttft_s = None if first_event_at is None else first_event_at - started_at
+    duration_s = now - started_at
+    usage_rec = usage_record(
+        request_id=request_id,
+        key=request.key_name,
+        alias=plan.alias,
+        provider=provider or None,
+        cancelled=outcome.cancelled,
+        error_code=error.code if error is not None else None,
+        emitted=first_event_at is not None,
+        usage=outcome.usage,
+        partial=outcome.meter.partial,
+        prompt_estimate=request.prompt_estimate,
+        ttft_s=ttft_s,
+        duration_s=duration_s,
+        started_at=time.time() if started_wall is None else started_wall,
+    )
+    router.usage.offer(usage_rec)
+    if (context := current_request()) is not None:
+        context.record(usage_rec)
+    if outcome.cancelled is not None:
+        result, code = "cancelled", outcome.cancelled
+    elif error is not None:
+        result, code = "error", error.code
+    else:
+        result, code = "ok", ""
+    metrics = router.metrics
+    metrics.request(plan.alias, provider, result, code)
+    router.recent.request(provider, now, error=result == "error", ttft_s=ttft_s)
+    metrics.request_ended(
+        plan.alias,
+        provider,
+        cancelled=outcome.cancelled,
+        ttft_s=ttft_s,
+        duration_s=duration_s,
+        usage=outcome.usage,
+    )
+    return usage_rec
+
+
+async def relay(
+    request: ChatRequest,
+    plan: Plan,
+    *,
+    sink: Sink,
+    client_stall_timeout_s: float,
+    watch: Sequence[Watch] = (),
+    hang_up: HangUpWatch | None = None,
+    drop_connection: DropConnection | None = None,
+    request_id: str = "",
+    admission: Admission | None = None,
+) -> Outcome:
+    """``watch`` runs beside the producer (a disconnect watcher, a stall watchdog) and may
+    cancel the request's scope. ``hang_up``, where the server offers it, does a disconnect
+    watcher's work with no task of the request's own.
+    ``drop_connection`` is called when the client stalls: a connection whose answer stopped
+    half-way cannot be used again.
+    ``request_id`` names the request's usage record; ``admission`` (a keyed request's budget
+    hold) is settled from that record, however the request ended."""
+    outcome = Outcome()
+    started_at = trio.current_time()
+    started_wall = time.time()
+    scope = trio.CancelScope()
+    try:
+        if hang_up is not None:
+            hang_up.start(scope, outcome)
+        if watch:
+            async with trio.open_nursery() as nursery:
+                for watcher in watch:
+                    nursery.start_soon(watcher, scope, outcome)
+                await _produce(
+                    request, plan, outcome, sink, client_stall_timeout_s, drop_connection, scope
+                )
+                nursery.cancel_scope.cancel()
+        else:
+            # No task beside the producer: no nursery either (thousands of answers at once).
+            await _produce(
+                request, plan, outcome, sink, client_stall_timeout_s, drop_connection, scope
+            )
+    except BaseException as exc:
+        # Cancelled from outside the request's own scope: the server is stopping. It arrives
+        # through the request's nursery, so as a group of Cancelled, not a bare one.
+        if _only_cancelled(exc):
+            outcome.cancelled = outcome.cancelled or SHUTDOWN
+        raise
+    finally:
+        if hang_up is not None:
+            hang_up.stop()
+        usage_rec = record(
+            plan,
+            outcome,
+            started_at,
+            request=request,
+            request_id=request_id,
+            started_wall=started_wall,
+        )
+        if admission is not None:
+            upstream = plan.router.upstreams.get(usage_rec.provider or "")
+            # Shielded inside, with a short deadline: a cancelled request is billed too.
+            await plan.router.limits.settle(
+                admission, usage_rec, upstream.config if upstream is not None else None
+            )
+    return outcome
+
+
+class _Emit:
+    """The producer's way to the client: each batch of events to the sink; a client that
+    stalled or left cancels the request. Methods of one small object, not closures: a
+    request holds them as long as it runs (thousands at once)."""
+
+    __slots__ = ("_drop_connection", "_outcome", "_scope", "_sink")
+
+    def __init__(
+        self,
+        outcome: Outcome,
+        sink: Sink,
+        scope: trio.CancelScope,
+        drop_connection: DropConnection | None,
+    ) -> None:
+        self._outcome = outcome
+        self._sink = sink
+        self._scope = scope
+        self._drop_connection = drop_connection
+
+    async def emit(self, events: list[Event]) -> None:
+        observe = self._outcome.observe
+        for event in events:
+            observe(event)
+        try:
+            await self._sink.put(events)
+        except ClientStalled:
+            await self.left(CLIENT_STALL)
+        except ClientLeft:
+            await self.left(CLIENT_GONE)
+
+    async def left(self, cause: str) -> None:
+        outcome = self._outcome
+        outcome.cancelled = outcome.cancelled or cause
+        self._scope.cancel(reason=cause)
+        if cause == CLIENT_STALL and self._drop_connection is not None:
+            self._drop_connection()
+        await trio.lowlevel.checkpoint()  # raises Cancelled: unwinds the upstream
+
+
+async def _produce(
+    request: ChatRequest,
+    plan: Plan,
+    outcome: Outcome,
+    sink: Sink,
+    client_stall_timeout_s: float,
+    drop_connection: DropConnection | None,
+    scope: trio.CancelScope,
+) -> None:
+    """Runs the request in ``scope``, which the client's leaving or stalling cancels (having
+    set ``outcome.cancelled`` first) and so does the drain's end (which sets nothing): one
+    scope, not one each, as thousands of answers hold theirs at once. The last words (an error,
+    the end) are said outside it."""
+    to_client = _Emit(outcome, sink, scope, drop_connection)
+    drain = plan.router.drain
+    error: GatewayError | None = None
+    with drain.track(scope):
+        try:
+            if drain.stopping:
+                raise ShuttingDown(
+                    "the gateway is shutting down; retry elsewhere", retry_after_s=1.0
+                )
+            await plan.router.run(request, plan, to_client.emit, outcome.meter)
+        except GatewayError as exc:
+            error = exc
+        except Exception as exc:
+            log.exception("internal error while serving %s", request.alias)
+            error = InternalError(f"internal error: {exc.__class__.__name__}")
+    if outcome.cancelled is not None:
+        return  # the client left, stalled or cancelled: nobody to say anything to
+    if scope.cancelled_caught:
+        # The drain ended (it alone cancels without a cause in ``outcome``): the upstream is
+        # closed; tell the client, then end cleanly.
+        outcome.cancelled = SHUTDOWN
+        error = ShuttingDown("the gateway shut down before the answer finished")
+    # The last words get the stall period, no more: a client that takes nothing is not waited
+    # for (and is no longer holding an upstream).
+    with trio.move_on_after(client_stall_timeout_s):
+        try:
+            if error is not None:
+                outcome.error = error
+                await sink.put([error])
+            await sink.end()
+        except ClientStalled:
+            await to_client.left(CLIENT_STALL)
+        except ClientLeft:
+            await to_client.left(CLIENT_GONE)
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)

@@ -1,0 +1,395 @@
+"""The ASGI application: routes, request ids, and the one place errors become responses."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from functools import partial
+
+import trio
+
+from trio_gateway.accounting.key_store import KeyStore
+from trio_gateway.capacity.health import HealthSnapshot
+from trio_gateway.config.schema import GatewayConfig
+from trio_gateway.core.errors import (
+    GatewayError,
+    InternalError,
+    MethodNotAllowed,
+    ModelNotFound,
+    RouteNotFound,
+)
+from trio_gateway.core.keys import ApiKey
+from trio_gateway.core.usage import UsageRecord, refused_record
+from trio_gateway.dispatch.router import Router
+from trio_gateway.fronts.auth import http_key
+from trio_gateway.fronts.chat import handle_chat
+from trio_gateway.fronts.direct import ClientSocket
+from trio_gateway.fronts.events_sse import handle_events
+from trio_gateway.fronts.http import (
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    send_bytes,
+    send_error,
+    send_json,
+)
+from trio_gateway.fronts.ws import WebSocketFront
+from trio_gateway.http1.listen import Connections
+from trio_gateway.http1.server import HANG_UP_EXTENSION
+from trio_gateway.ops.access import RequestContext, log_access, request_context
+from trio_gateway.ops.access import current as current_request
+from trio_gateway.ops.metrics import CONTENT_TYPE
+from trio_gateway.ops.status import PAGE, status_document
+from trio_gateway.ops.tracing import clean_request_id, trace_for
+from trio_gateway.providers.openai_compatible.replicas import ReplicaSet
+
+log = logging.getLogger("trio_gateway")
+
+ROUTES = {
+    "/v1/chat/completions": ("POST",),
+    "/v1/events": ("POST",),
+    "/v1/models": ("GET",),
+    "/healthz": ("GET",),
+    "/readyz": ("GET",),
+    "/metrics": ("GET",),
+    "/": ("GET",),
+    "/status": ("GET",),
+    "/status.json": ("GET",),
+}
+MODEL_PREFIX = "/v1/models/"
+# An unknown path is logged, but not at any length.
+MAX_LOGGED_PATH_CHARS = 200
+# Every route, for the 404's hint (a test checks it against ROUTES).
+ROUTE_LIST = (
+    "POST /v1/chat/completions, POST /v1/events, GET /v1/models, GET /v1/models/{id}, "
+    "GET /v1/ws (WebSocket), GET /healthz, GET /readyz, GET /metrics, GET / (status page), "
+    "GET /status, GET /status.json"
+)
+# Paths that need an API key when the gateway has keys; the probes and metrics never do.
+KEYED_PATHS = frozenset({"/v1/chat/completions", "/v1/events", "/v1/models"})
+# Routes whose every request gets a usage record (relay.record once it is under way).
+METERED_ROUTES = frozenset({"/v1/chat/completions", "/v1/events"})
+
+
+def new_request_id() -> str:
+    return secrets.token_hex(12)
+
+
+class GatewayApp:
+    def __init__(
+        self, config: GatewayConfig, router: Router, connections: Connections | None = None
+    ) -> None:
+        self.config = config
+        self.router = router
+        # The client connections, so a handler whose client stalled can drop its own.
+        self.connections = connections if connections is not None else Connections()
+        # Handlers still running, including those stuck writing to a client that stopped reading.
+        self.open_requests = 0
+        self.keys = open_keys(config)
+        self.websocket = WebSocketFront(
+            router, config.server, config.websocket, new_request_id, self.keys
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An HTTP request: names it (the client's x-request-id and trace, or new ones), serves
+        it, and writes its access line when it ends, however it ends. Here, not in a coroutine
+        of its own: each of thousands of open answers holds every frame of its chain."""
+        if scope["type"] != "http":
+            await self._not_http(scope, receive, send)
+            return
+        started = trio.current_time()
+        named = _named_headers(scope)
+        context = RequestContext(
+            request_id=clean_request_id(named.get(b"x-request-id")) or new_request_id(),
+            route=f"{scope['method']} {scope['path'][:MAX_LOGGED_PATH_CHARS]}",
+            trace=trace_for(named.get(b"traceparent"), named.get(b"tracestate")),
+        )
+        with request_context(context):
+            try:
+                await self._serve_http(
+                    scope, receive, send, context.request_id, named.get(b"x-session-id")
+                )
+            finally:
+                log_access(context, trio.current_time() - started)
+                self.router.metrics.http_request(
+                    _route_label(scope["path"]), str(context.status or 0)
+                )
+
+    def refused_by_server(self, status: int, code: str) -> None:
+        """A request the HTTP/1.x server answered itself (malformed, too large, too slow): its
+        access line and its count, as for any other. Its route is unknown ("-")."""
+        context = RequestContext(
+            request_id=new_request_id(),
+            route="-",
+            trace=trace_for(None, None),
+            status=status,
+            outcome="refused",
+            code=code,
+        )
+        log_access(context, 0.0)
+        self.router.metrics.http_request("other", str(status))
+
+    async def _not_http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "websocket":
+            if scope["path"].rstrip("/") == "/v1/ws":
+                await self.websocket.serve(
+                    receive, send, partial(self.connections.abort, scope.get("client")), scope
+                )
+            else:
+                await send({"type": "websocket.close", "code": 1008})
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _serve_http(
+        self, scope: Scope, receive: Receive, send: Send, request_id: str, session: str | None
+    ) -> None:
+        path = scope["path"]
+        method = scope["method"]
+        started_wall, started = time.time(), trio.current_time()
+        self.open_requests += 1
+        key: ApiKey | None = None
+        try:
+            route = path.rstrip("/") or "/"
+            model_id = None
+            if route.startswith(MODEL_PREFIX) and len(route) > len(MODEL_PREFIX):
+                # /v1/models/{id}: the SDK's models.retrieve. An alias may hold a "/".
+                route, model_id = "/v1/models", route[len(MODEL_PREFIX) :]
+            methods = ROUTES.get(route)
+            if methods is None:
+                raise RouteNotFound(f"no route {path}; the routes are {ROUTE_LIST}")
+            if method not in methods:
+                raise MethodNotAllowed(f"{path} accepts {', '.join(methods)}, not {method}")
+            path = route
+            key = http_key(scope, self.keys) if path in KEYED_PATHS else None
+            drop = partial(self.connections.abort, scope.get("client"))
+            client = self._client_socket(scope)
+            if path in ("/v1/chat/completions", "/v1/events"):
+                handle = handle_chat if path == "/v1/chat/completions" else handle_events
+                await handle(
+                    self.router,
+                    self.config.server,
+                    request_id,
+                    receive,
+                    send,
+                    drop,
+                    key,
+                    client,
+                    session,
+                )
+            elif path == "/v1/models" and model_id is not None:
+                await send_json(send, 200, self._model(model_id, key))
+            elif path == "/v1/models":
+                await send_json(send, 200, self._models(key))
+            elif path == "/healthz":
+                # The pid tells apart the workers behind one port ([server] workers).
+                await send_json(send, 200, {"status": "ok", "pid": os.getpid()})
+            elif path == "/readyz":
+                await self._readyz(send)
+            elif path == "/metrics":
+                await self._metrics(send)
+            elif path in ("/", "/status"):
+                await send_bytes(send, 200, PAGE, b"text/html; charset=utf-8")
+            elif path == "/status.json":
+                await send_json(send, 200, self._status())
+            else:
+                raise AssertionError(f"route {path} has no handler")
+        except ClientGone:
+            self._refused(
+                scope, request_id, key, "client_gone", started_wall, started, cancelled=True
+            )
+            return
+        except GatewayError as exc:
+            self._refused(scope, request_id, key, exc.code, started_wall, started)
+            await send_error(send, exc, [(b"x-request-id", request_id.encode())])
+        except Exception:
+            log.exception("internal error on %s %s (request %s)", method, path, request_id)
+            error = InternalError(
+                f"internal error (request {request_id}); the gateway's log has the details",
+                request_id=request_id,
+            )
+            await send_error(send, error, [(b"x-request-id", request_id.encode())])
+        finally:
+            self.open_requests -= 1
+
+    def _client_socket(self, scope: Scope) -> ClientSocket | None:
+        """The socket an HTTP/1.x answer's body may be written to directly (fronts/direct.py).
+        Over HTTP/2 one socket carries many streams, each framed by hypercorn: none."""
+        version = scope.get("http_version")
+        if version not in ("1.1", "1.0"):
+            return None
+        sock = self.connections.socket(scope.get("client"))
+        if sock is None:
+            return None
+        hang_ups = scope["extensions"].get(HANG_UP_EXTENSION) if "extensions" in scope else None
+        return ClientSocket(sock, chunked=version == "1.1", hang_ups=hang_ups)
+
+    def _refused(
+        self,
+        scope: Scope,
+        request_id: str,
+        key: ApiKey | None,
+        code: str,
+        started_wall: float,
+        started: float,
+        *,
+        cancelled: bool = False,
+    ) -> None:
+        """A metered request that ended before the relay (which records the others)."""
+        if scope["path"].rstrip("/") not in METERED_ROUTES:
+            return
+        record = refused_record(
+            request_id=request_id,
+            key=key.name if key is not None else None,
+            alias=None,
+            error_code=code,
+            started_at=started_wall,
+            duration_s=trio.current_time() - started,
+            cancelled=cancelled,
+        )
+        self.router.usage.offer(record)
+        count_refused(self.router, record)
+
+    async def _readyz(self, send: Send) -> None:
+        """Ready when every alias has a provider that is healthy or still starting."""
+        ready = self.router.ready()
+        not_ready = sorted(alias for alias, providers in ready.items() if not providers)
+        draining = self.router.drain.stopping
+        now = trio.current_time()
+        body = {
+            "status": "draining" if draining else "not_ready" if not_ready else "ready",
+            "aliases_without_provider": not_ready,
+            "providers": {
+                name: _health_json(health.snapshot(now))
+                | _replicas_json(self.router.upstreams.get(name), now)
+                for name, health in self.router.health.items()
+            },
+        }
+        await send_json(send, 503 if not_ready or draining else 200, body)
+
+    def _status(self) -> dict[str, object]:
+        router = self.router
+        return status_document(
+            aliases={
+                alias: [p.name for p in config.providers]
+                for alias, config in self.config.aliases.items()
+            },
+            gauges=router.gauges(),
+            recent=router.recent,
+            now=trio.current_time(),
+            ready=all(router.ready().values()),
+            draining=router.drain.stopping,
+        )
+
+    async def _metrics(self, send: Send) -> None:
+        payload = self.router.metrics.render()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", CONTENT_TYPE.encode()),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+    def _model(self, model_id: str, key: ApiKey | None) -> dict[str, object]:
+        """One alias; one the key may not use is as unknown as one that does not exist."""
+        if model_id not in self.config.aliases or (key is not None and not key.allows(model_id)):
+            raise ModelNotFound(
+                f"The model '{model_id}' does not exist; GET /v1/models lists the aliases",
+                param="model",
+            )
+        return {"id": model_id, "object": "model", "created": 0, "owned_by": "trio-gateway"}
+
+    def _models(self, key: ApiKey | None) -> dict[str, object]:
+        """The aliases, or those the caller's key may use."""
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "trio-gateway"}
+                for name in sorted(self.config.aliases)
+                if key is None or key.allows(name)
+            ],
+        }
+
+
+def _route_label(path: str) -> str:
+    """A bounded label: a route of ROUTES, the model route, or 'other' (never a client's path)."""
+    route = path.rstrip("/") or "/"
+    if route in ROUTES:
+        return route
+    if route.startswith(MODEL_PREFIX):
+        return "/v1/models/{id}"
+    return "other"
+
+
+def count_refused(router: Router, record: UsageRecord) -> None:
+    """A chat request refused (or left) before routing: in gateway_requests_total too, under
+    no alias, since an alias the config does not know must never become a label value."""
+    router.metrics.request("", "", record.outcome, record.error_code or "")
+    if (context := current_request()) is not None:
+        context.record(record)
+
+
+# The request headers the app reads, found in one pass over the headers instead of one each.
+NAMED_HEADERS = frozenset({b"x-request-id", b"traceparent", b"tracestate", b"x-session-id"})
+
+
+def _named_headers(scope: Scope) -> dict[bytes, str]:
+    """Those of :data:`NAMED_HEADERS` the request has, as text; the first of a repeated one,
+    as ``fronts.http.header`` finds it."""
+    found: dict[bytes, str] = {}
+    for name, value in scope.get("headers", ()):
+        if name in NAMED_HEADERS and name not in found:
+            found[name] = bytes(value).decode("latin-1")
+    return found
+
+
+def open_keys(config: GatewayConfig) -> KeyStore | None:
+    """The API keys named by ``[auth]``, or None when the gateway serves without keys; says
+    which at start-up. Config loading has already checked the file."""
+    keys_file = config.auth.keys_file
+    if keys_file is None:
+        if config.auth.open:
+            log.info("auth: OPEN (no keys file): [auth] open = true, any caller is served")
+        else:
+            log.warning(
+                "auth: OPEN (no keys file): no [auth] in %s; allowed because %s is loopback",
+                config.source,
+                config.server.listen,
+            )
+        return None
+    keys = KeyStore(keys_file, known_aliases=config.aliases.keys())
+    log.info("auth: %d keys from %s", len(keys.ring()), keys_file)
+    return keys
+
+
+def _health_json(snap: HealthSnapshot) -> dict[str, object]:
+    return {
+        "state": snap.state.value,
+        "cooling_down": snap.cooling_down,
+        "last_error": snap.last_error,
+        "upstream_load": snap.upstream_load,
+    }
+
+
+def _replicas_json(provider: object, now: float) -> dict[str, object]:
+    """A replicated provider's replicas, each as a provider is shown."""
+    if not isinstance(provider, ReplicaSet):
+        return {}
+    return {"replicas": {r.name: _health_json(r.health.snapshot(now)) for r in provider.replicas}}

@@ -1,0 +1,189 @@
+"""The status page: what an operator looks at instead of Prometheus text.
+
+``GET /`` and ``GET /status`` serve one static HTML page (no build step, one small script) that
+reads ``GET /status.json`` every two seconds. The JSON holds, per provider, its probe state and
+gate (in flight / max_inflight, queued) as of now, and requests, errors, spills and time to
+first token over the last :data:`WINDOW_S` seconds, from :class:`RecentStats`.
+
+:class:`RecentStats` is fed once per request (``relay.record``) and once per spill
+(``pipeline``), never per chunk, and keeps a bounded ring of buckets per provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from trio_gateway.ops.metrics import ProviderGauges
+
+BUCKET_S = 10.0
+WINDOW_S = 300.0
+_BUCKETS = int(WINDOW_S // BUCKET_S)
+
+
+@attrs.define
+class _Bucket:
+    index: int = -1  # which BUCKET_S slice of time it holds; -1: none yet
+    requests: int = 0
+    errors: int = 0
+    spills_out: int = 0
+    ttft_sum_s: float = 0.0
+    ttft_count: int = 0
+    ttft_max_s: float = 0.0
+
+
+class RecentStats:
+    """Per provider, a ring of :data:`_BUCKETS` buckets: memory is bounded by the number of
+    providers in the config (a name not configured is ignored)."""
+
+    def __init__(self, providers: Iterable[str]) -> None:
+        self._rings = {name: [_Bucket() for _ in range(_BUCKETS)] for name in providers}
+
+    def keeping(self, providers: Iterable[str]) -> RecentStats:
+        """The stats of a reloaded config: a provider that stays keeps its minutes."""
+        out = RecentStats(())
+        out._rings = {
+            name: self._rings.get(name) or [_Bucket() for _ in range(_BUCKETS)]
+            for name in providers
+        }
+        return out
+
+    def _bucket(self, provider: str, now: float) -> _Bucket | None:
+        ring = self._rings.get(provider)
+        if ring is None:
+            return None
+        index = int(now // BUCKET_S)
+        bucket = ring[index % _BUCKETS]
+        if bucket.index != index:
+            bucket = ring[index % _BUCKETS] = _Bucket(index=index)
+        return bucket
+
+    def request(self, provider: str, now: float, *, error: bool, ttft_s: float | None) -> None:
+        bucket = self._bucket(provider, now)
+        if bucket is None:
+            return
+        bucket.requests += 1
+        bucket.errors += int(error)
+        if ttft_s is not None:
+            bucket.ttft_sum_s += ttft_s
+            bucket.ttft_count += 1
+            bucket.ttft_max_s = max(bucket.ttft_max_s, ttft_s)
+
+    def spill(self, provider: str, now: float) -> None:
+        """A request moved on from ``provider`` (saturated)."""
+        if (bucket := self._bucket(provider, now)) is not None:
+            bucket.spills_out += 1
+
+    def summary(self, provider: str, now: float) -> dict[str, object]:
+        first = int(now // BUCKET_S) - _BUCKETS + 1
+        live = [b for b in self._rings.get(provider, []) if b.index >= first]
+        count = sum(b.ttft_count for b in live)
+        return {
+            "requests": sum(b.requests for b in live),
+            "errors": sum(b.errors for b in live),
+            "spills": sum(b.spills_out for b in live),
+            "ttft_avg_ms": None
+            if count == 0
+            else round(sum(b.ttft_sum_s for b in live) / count * 1000, 1),
+            "ttft_max_ms": None if count == 0 else round(max(b.ttft_max_s for b in live) * 1000, 1),
+        }
+
+
+def status_document(
+    *,
+    aliases: Mapping[str, list[str]],
+    gauges: Iterable[ProviderGauges],
+    recent: RecentStats,
+    now: float,
+    ready: bool,
+    draining: bool,
+) -> dict[str, object]:
+    providers = {}
+    for g in gauges:
+        providers[g.provider] = {
+            "state": g.state,
+            "cooling_down": g.cooling_down,
+            "in_flight": g.in_flight,
+            "max_inflight": g.max_inflight,
+            "queued": g.queued,
+            "upstream_load": g.upstream_load,
+            **recent.summary(g.provider, now),
+        }
+    return {
+        "status": "draining" if draining else "ready" if ready else "not_ready",
+        "window_s": WINDOW_S,
+        "aliases": {alias: list(names) for alias, names in aliases.items()},
+        "providers": providers,
+    }
+
+
+# One page, one small script; readable on a phone (it reflows to one column).
+PAGE = b"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>trio-gateway status</title>
+<style>
+body{font:15px/1.4 system-ui,sans-serif;margin:1rem;color:#222;background:#fafafa}
+h1{font-size:1.3rem;margin:0 0 .5rem} .muted{color:#777;font-size:.85rem}
+table{border-collapse:collapse;width:100%;margin:.5rem 0 1.5rem;background:#fff}
+th,td{padding:.35rem .5rem;border-bottom:1px solid #ddd;text-align:left}
+th{font-size:.8rem;color:#555;text-transform:uppercase}
+.state-healthy{color:#176f2c;font-weight:600} .state-unhealthy{color:#b00020;font-weight:600}
+.state-starting{color:#8a6d00;font-weight:600}
+.bar{height:.5rem;background:#e3e3e3;border-radius:.25rem;min-width:4rem}
+.bar>span{display:block;height:100%;background:#3b6fd8;border-radius:.25rem}
+#overall.draining,#overall.not_ready{color:#b00020} #overall.ready{color:#176f2c}
+@media (max-width:600px){thead{display:none}tr{display:block;border-bottom:2px solid #ccc}
+td{display:flex;justify-content:space-between;border:0}td::before{content:attr(data-label);
+color:#555;font-size:.8rem;text-transform:uppercase;margin-right:1rem}}
+</style></head><body>
+<h1>trio-gateway <span id="overall">&hellip;</span></h1>
+<div class="muted">in flight and queued: now; requests, errors, spills, TTFT: last
+<span id="window">5</span> minutes. <span id="updated"></span></div>
+<div id="aliases"></div>
+<script>
+function cell(row, label, text, cls) {
+  const td = row.insertCell(); td.dataset.label = label; td.textContent = text;
+  if (cls) td.className = cls; return td;
+}
+async function refresh() {
+  let doc;
+  try { doc = await (await fetch("status.json", {cache: "no-store"})).json(); }
+  catch (e) { document.getElementById("updated").textContent = "gateway unreachable"; return; }
+  const overall = document.getElementById("overall");
+  overall.textContent = doc.status; overall.className = doc.status;
+  document.getElementById("window").textContent = Math.round(doc.window_s / 60);
+  const root = document.getElementById("aliases"); root.replaceChildren();
+  for (const [alias, names] of Object.entries(doc.aliases)) {
+    const h = document.createElement("h2"); h.textContent = alias; root.append(h);
+    const table = document.createElement("table");
+    table.createTHead().innerHTML = "<tr><th>provider</th><th>state</th><th>in flight</th>" +
+      "<th></th><th>queued</th><th>requests</th><th>errors</th><th>spills</th>" +
+      "<th>TTFT avg / max</th></tr>";
+    const body = table.createTBody();
+    for (const name of names) {
+      const p = doc.providers[name], row = body.insertRow();
+      row.dataset.provider = name;
+      cell(row, "provider", name);
+      const state = p.state + (p.cooling_down ? " (cooling down)" : "");
+      cell(row, "state", state, "state state-" + p.state);
+      cell(row, "in flight", p.in_flight + " / " + p.max_inflight, "in-flight");
+      const bar = document.createElement("div"), fill = document.createElement("span");
+      const used = 100 * p.in_flight / Math.max(1, p.max_inflight);
+      bar.className = "bar"; fill.style.width = Math.min(100, used) + "%";
+      bar.append(fill); cell(row, "load", "").append(bar);
+      cell(row, "queued", p.queued);
+      cell(row, "requests", p.requests);
+      cell(row, "errors", p.errors);
+      cell(row, "spills", p.spills);
+      const ttft = p.ttft_avg_ms === null ? "-" : p.ttft_avg_ms + " / " + p.ttft_max_ms + " ms";
+      cell(row, "TTFT", ttft);
+    }
+    root.append(table);
+  }
+  document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+}
+refresh(); setInterval(refresh, 2000);
+</script></body></html>
+"""

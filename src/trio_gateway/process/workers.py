@@ -1,0 +1,156 @@
+"""``[server] workers = N``: N gateway processes on one listening socket, and their supervisor.
+
+One gateway process relays on one core. With ``workers = N`` the ``serve`` process becomes a
+supervisor: it binds the listening socket (so every worker accepts from the same queue of
+connections, and the kernel hands each to whichever worker accepts first), runs the
+embedded simulators once, and starts N workers, each a whole gateway (``trio-gateway serve
+--worker-fd FD``) that inherits the socket. It forwards signals: SIGTERM and SIGINT make every
+worker drain (a second one stops them at once), SIGHUP makes every worker reload. A worker
+that exits while the gateway is not stopping is started again, after a pause that grows
+while it keeps failing.
+
+Each worker keeps its own gates. With ``[redis]`` (``leases = true``) they share every
+provider's ``max_inflight`` through leases (gate.py); without, each takes
+``max_inflight // workers`` of it (live.Gates), so the host never exceeds it.
+Metrics are per worker: a scrape of ``/metrics`` reaches one of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Sequence
+
+import trio
+
+from trio_gateway.config.schema import GatewayConfig
+from trio_gateway.ops.sd_notify import notify
+from trio_gateway.process.serve import (
+    hypercorn_config,
+    listening_on,
+    listening_sockets,
+    start_simulators,
+)
+
+log = logging.getLogger("trio_gateway")
+
+# A worker that exits this soon after it started is failing, not finishing: wait before the
+# next start, doubling up to the maximum.
+RESTART_PAUSE_S = 0.5
+MAX_RESTART_PAUSE_S = 30.0
+STARTED_OK_AFTER_S = 10.0
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def worker_command(argv: Sequence[str], fd: int, lifeline: int) -> list[str]:
+    """A worker's command line: the supervisor's own ``serve`` arguments, plus the socket and
+    the lifeline pipe it inherits."""
+    inherited = ["--worker-fd", str(fd), "--lifeline-fd", str(lifeline)]
+    return [sys.executable, "-m", "trio_gateway", *argv, *inherited]
+
+
+def restart_pause(previous_s: float, ran_s: float) -> float:
+    """How long to wait before starting again a worker that ran ``ran_s`` (pure)."""
+    if ran_s >= STARTED_OK_AFTER_S:
+        return RESTART_PAUSE_S
+    return min(MAX_RESTART_PAUSE_S, max(RESTART_PAUSE_S, 2 * previous_s))
+
+
+class Supervisor:
+    def __init__(self, config: GatewayConfig, serve_argv: Sequence[str]) -> None:
+        self.config = config
+        self._argv = list(serve_argv)
+        self._processes: dict[int, trio.Process] = {}
+        self._lifeline = -1
+        self.stopping = False
+
+    async def run(self) -> None:
+        config = self.config
+        async with trio.open_nursery() as nursery:
+            await start_simulators(config, nursery)
+            hc = hypercorn_config(
+                config.server.listen,
+                graceful_timeout_s=config.server.drain_timeout_s,
+                websocket_max_message_bytes=config.websocket.max_message_bytes,
+            )
+            with listening_on(config.server.listen, "server.listen"):
+                sockets = listening_sockets(
+                    hc, stall_timeout_s=config.server.client_stall_timeout_s
+                )
+            (listener,) = sockets.insecure_sockets
+            # Workers see EOF on this pipe when the supervisor is gone, even by kill -9, and
+            # drain instead of serving on as orphans.
+            self._lifeline, lifeline_write = os.pipe()
+            workers = config.server.workers
+            log.info("supervisor: %d workers on %s", workers, _address(listener))
+            with trio.open_signal_receiver(*FORWARDED) as signals:
+                async with trio.open_nursery() as workers_nursery:
+                    for index in range(workers):
+                        workers_nursery.start_soon(self._keep_running, index, listener)
+                    nursery.start_soon(self._forward, signals)
+                    # The socket listens already: connections wait in its backlog until a
+                    # worker accepts them (a second or so).
+                    notify(f"READY=1\nSTATUS={workers} workers on {_address(listener)}")
+                # Every worker has exited: stop the simulators and the signal forwarding.
+                os.close(lifeline_write)
+                nursery.cancel_scope.cancel()
+
+    async def _keep_running(self, index: int, listener: socket.socket) -> None:
+        pause = 0.0
+        while not self.stopping:
+            started = trio.current_time()
+            fd = listener.fileno()
+            process = await trio.lowlevel.open_process(
+                worker_command(self._argv, fd, self._lifeline),
+                pass_fds=(fd, self._lifeline),
+                # systemd hears from the supervisor only (NotifyAccess=main).
+                env={k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"},
+                # Its own process group: a Ctrl-C reaches the supervisor alone, which passes
+                # it on once (twice would stop the workers without a drain).
+                start_new_session=True,
+            )
+            self._processes[index] = process
+            log.info("supervisor: worker %d started (pid %d)", index, process.pid)
+            try:
+                code = await process.wait()
+            finally:
+                # Cancelled (the supervisor itself is stopping at once): take the worker along.
+                if process.returncode is None:
+                    process.kill()
+                del self._processes[index]
+            if self.stopping:
+                log.info("supervisor: worker %d (pid %d) exited: %d", index, process.pid, code)
+                return
+            pause = restart_pause(pause, trio.current_time() - started)
+            log.error(
+                "supervisor: worker %d (pid %d) exited with %d; starting it again in %g s",
+                index,
+                process.pid,
+                code,
+                pause,
+            )
+            await trio.sleep(pause)
+
+    async def _forward(self, signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            if signum != signal.SIGHUP:
+                self.stopping = True
+                notify("STOPPING=1\nSTATUS=draining")
+            log.info("supervisor: %s: passing it on to %d workers", name, len(self._processes))
+            for process in list(self._processes.values()):
+                if process.returncode is None:
+                    process.send_signal(signum)
+
+
+def _address(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://{host}:{port}"
+
+
+async def serve_workers(config: GatewayConfig, serve_argv: Sequence[str]) -> None:
+    """Run the supervisor until every worker has exited after a stop signal."""
+    await Supervisor(config, serve_argv).run()

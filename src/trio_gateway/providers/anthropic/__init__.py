@@ -1,0 +1,1 @@
+"""Anthropic Messages: request translation and the stream and response parsers."""

@@ -1,0 +1,1 @@
+"""OpenAI's own API: the OpenAI-compatible dialect with OpenAI's differences."""

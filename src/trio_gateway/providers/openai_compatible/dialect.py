@@ -1,0 +1,301 @@
+"""The ``openai_compatible`` provider type (vLLM, and servers that speak its dialect).
+
+Pure parts: :func:`build_body` (client request → upstream body), :class:`ChunkParser`
+(upstream chunk objects → gateway events), :func:`parse_completion` (a whole answer) and
+:class:`OpenAICompatibleDialect`, the table entry. The I/O lives in ``providers/upstream.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.capability import Capability
+from trio_gateway.core.errors import GatewayError, UpstreamProtocolError
+from trio_gateway.core.events import (
+    Event,
+    ReasoningDelta,
+    ResponseDone,
+    ResponseStarted,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from trio_gateway.core.request import GATEWAY_FIELDS, ChatRequest
+from trio_gateway.core.sse import SSEEvent, json_data
+from trio_gateway.core.toolcalls import ToolCallAssembler
+from trio_gateway.core.usage import PartialUsage
+from trio_gateway.providers.dialect import UpstreamCall
+from trio_gateway.providers.errors import classify_inband, classify_status
+
+# Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
+IGNORED_FIELDS = frozenset({"store", "metadata", "user"})
+# More parallel tool calls than any model makes: a bound on what one answer may hold.
+MAX_TOOL_CALLS = 128
+# Fields the gateway translates itself.
+TRANSLATED_FIELDS = frozenset({"reasoning_effort", "stream_options", "stream"}) | GATEWAY_FIELDS
+# Never sent as the client gave them, whatever the provider (its strip_fields come on top).
+DROPPED_FIELDS = IGNORED_FIELDS | TRANSLATED_FIELDS
+CALL_HEADERS: Mapping[str, str] = MappingProxyType(
+    {"content-type": "application/json", "accept": "text/event-stream"}
+)
+# json.dumps with an argument builds a new encoder per call; this one is built once (it keeps
+# no state between calls), with json.dumps's defaults otherwise.
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
+    """The body sent upstream. The upstream is always asked to stream, with usage."""
+    strip = provider.strip_fields
+    body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
+    body["model"] = provider.model
+    body["stream"] = True
+    # Without include_usage vLLM reports no token counts at all on a stream; with
+    # continuous_usage_stats every chunk carries the cumulative counts, so a stream cut short is
+    # billed exactly up to its last chunk. The front decides whether the client sees usage.
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    if request.reasoning is not None and Capability.REASONING in provider.capabilities:
+        template_kwargs = body.get("chat_template_kwargs")
+        merged = dict(template_kwargs) if isinstance(template_kwargs, dict) else {}
+        merged["enable_thinking"] = request.reasoning
+        body["chat_template_kwargs"] = merged
+    return body
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def parse_usage(usage: dict[str, Any]) -> Usage:
+    completion_details = usage.get("completion_tokens_details") or {}
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        prompt_tokens=_int_or_none(usage.get("prompt_tokens")) or 0,
+        completion_tokens=_int_or_none(usage.get("completion_tokens")) or 0,
+        reasoning_tokens=_int_or_none(completion_details.get("reasoning_tokens")),
+        cached_tokens=_int_or_none(prompt_details.get("cached_tokens")),
+    )
+
+
+class ChunkParser:
+    """One upstream stream's ``chat.completion.chunk`` payloads → gateway events.
+
+    Feed each SSE ``data`` payload to :meth:`feed`; :meth:`close` at the end of the byte stream.
+    Raises :class:`GatewayError` for in-band upstream errors and malformed chunks.
+    """
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._started = False
+        self._finish_reason: str | None = None
+        self._done = False
+        self._tool_calls = ToolCallAssembler()
+        # The latest cumulative usage object (vLLM's continuous_usage_stats: on every chunk),
+        # kept as decoded and parsed only if the stream is cut; and the fragments streamed since.
+        self._usage: dict[str, Any] | None = None
+        self._unmetered = 0
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def usage_so_far(self) -> PartialUsage | None:
+        """Exact while the last chunk carried cumulative usage (vLLM with
+        continuous_usage_stats); else the last count plus one token per fragment streamed after
+        it (OpenAI and vLLM send one token per chunk), marked estimated."""
+        if not self._started:
+            return None
+        usage = parse_usage(self._usage) if self._usage is not None else Usage(0, 0)
+        if not self._unmetered:
+            return PartialUsage(usage, estimated=self._usage is None)
+        usage = Usage(
+            usage.prompt_tokens,
+            usage.completion_tokens + self._unmetered,
+            usage.reasoning_tokens,
+            usage.cached_tokens,
+        )
+        return PartialUsage(usage, estimated=True)
+
+    def feed(self, event: SSEEvent) -> list[Event]:
+        return self.feed_data(event.data)
+
+    def feed_data(self, data: bytes) -> list[Event]:
+        if data == b"[DONE]":
+            return self._finish()
+        if self._done:
+            raise UpstreamProtocolError(
+                f"{self._provider} sent data after [DONE]", provider=self._provider
+            )
+        try:
+            chunk = json_data(data)
+        except ValueError as exc:
+            raise UpstreamProtocolError(
+                f"{self._provider} sent a chunk that is not JSON: {exc}", provider=self._provider
+            ) from None
+        if not isinstance(chunk, dict):
+            raise UpstreamProtocolError(
+                f"{self._provider} sent a chunk that is not an object", provider=self._provider
+            )
+        if "error" in chunk or chunk.get("object") == "error":
+            # Either shape, {"error": {...}} or an error object itself: the classifier unwraps.
+            raise classify_inband(self._provider, chunk)
+        events: list[Event] = []
+        if not self._started:
+            self._started = True
+            events.append(ResponseStarted(provider=self._provider))
+        choices = chunk.get("choices")
+        if choices:
+            if not isinstance(choices, list):
+                raise self._malformed("'choices' is not a list")
+            self._choice(choices[0], events)
+        usage = chunk.get("usage")
+        # With continuous usage stats every chunk carries usage; only the closing one
+        # (no choices) is the total. The others are kept as they are: one assignment.
+        if isinstance(usage, dict):
+            self._usage = usage
+            self._unmetered = 0
+            if not choices:
+                events.append(parse_usage(usage))
+        return events
+
+    def _malformed(self, what: str) -> UpstreamProtocolError:
+        return UpstreamProtocolError(
+            f"{self._provider} sent a malformed chunk: {what}", provider=self._provider
+        )
+
+    def _text(self, value: object, what: str) -> str | None:
+        if value is None or type(value) is str:
+            return value
+        raise self._malformed(f"{what} is not a string")
+
+    def _choice(self, choice: object, events: list[Event]) -> None:
+        if not isinstance(choice, dict):
+            raise self._malformed("a choice is not an object")
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict):
+            raise self._malformed("'delta' is not an object")
+        reasoning = self._text(delta.get("reasoning_content"), "reasoning_content") or self._text(
+            delta.get("reasoning"), "reasoning"
+        )
+        if reasoning:
+            events.append(ReasoningDelta(text=reasoning))
+            self._unmetered += 1
+        content = self._text(delta.get("content"), "content")
+        if content:
+            events.append(TextDelta(text=content))
+            self._unmetered += 1
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            if not isinstance(tool_calls, list):
+                raise self._malformed("'tool_calls' is not a list")
+            for fragment in tool_calls:
+                events.append(self._tool_call(fragment))
+            self._unmetered += 1
+        finish_reason = self._text(choice.get("finish_reason"), "finish_reason")
+        if finish_reason:
+            self._finish_reason = finish_reason
+            events.extend(self._tool_calls.finish())
+
+    def _tool_call(self, fragment: object) -> ToolCallDelta:
+        if not isinstance(fragment, dict):
+            raise self._malformed("a tool call fragment is not an object")
+        function = fragment.get("function") or {}
+        if not isinstance(function, dict):
+            raise self._malformed("a tool call's 'function' is not an object")
+        index = fragment.get("index", 0)
+        if type(index) is not int or not 0 <= index < MAX_TOOL_CALLS:
+            raise self._malformed(f"tool call index {index!r}")
+        event = ToolCallDelta(
+            index=index,
+            id=self._text(fragment.get("id"), "a tool call id"),
+            name=self._text(function.get("name"), "a tool call name"),
+            arguments=self._text(function.get("arguments"), "tool call arguments") or "",
+        )
+        try:
+            self._tool_calls.add(event)
+        except ValueError as exc:
+            raise self._malformed(str(exc)) from None
+        return event
+
+    def _finish(self) -> list[Event]:
+        self._done = True
+        if self._finish_reason is None:
+            raise UpstreamProtocolError(
+                f"{self._provider} ended the stream without a finish_reason",
+                provider=self._provider,
+            )
+        return [ResponseDone(finish_reason=self._finish_reason)]
+
+    def close(self) -> list[Event]:
+        """The byte stream ended. Without ``[DONE]`` the answer may be cut short."""
+        if self._done:
+            return []
+        if self._finish_reason is not None:
+            # Finished but no [DONE]: some servers omit it; the answer is whole.
+            return self._finish()
+        raise UpstreamProtocolError(
+            f"{self._provider} closed the stream before the answer finished",
+            provider=self._provider,
+        )
+
+
+def parse_completion(provider: str, body: bytes) -> list[Event]:
+    """A whole ``chat.completion`` object (a server that answered a stream request without
+    streaming) → the events its stream would have given."""
+    try:
+        completion = json.loads(body)
+        choice = completion["choices"][0]
+        message = choice["message"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise UpstreamProtocolError(
+            f"{provider} sent a whole answer that is not a chat completion", provider=provider
+        ) from None
+    parser = ChunkParser(provider)
+    delta = (
+        {k: v for k, v in message.items() if k != "tool_calls"} if isinstance(message, dict) else {}
+    )
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if isinstance(calls, list):
+        delta["tool_calls"] = [
+            {**call, "index": i} if isinstance(call, dict) else call for i, call in enumerate(calls)
+        ]
+    events = parser.feed_data(
+        json.dumps(
+            {"choices": [{"delta": delta, "finish_reason": choice.get("finish_reason")}]}
+        ).encode()
+    )
+    usage = completion.get("usage")
+    if isinstance(usage, dict):
+        # The closing chunk of a stream: usage, no choices.
+        events += parser.feed_data(json.dumps({"usage": usage}).encode())
+    return events + parser.feed_data(b"[DONE]")
+
+
+class OpenAICompatibleDialect:
+    """vLLM and the servers that speak its dialect: the request passes through nearly as is."""
+
+    def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
+        return UpstreamCall(
+            url=provider.endpoint + "/chat/completions",
+            body=_ENCODER.encode(build_body(request, provider)).encode(),
+            headers=CALL_HEADERS,
+            # vLLM honours the flag only in what it returns, not in what it generates.
+            first_tool_call_only=request.body.get("parallel_tool_calls") is False,
+        )
+
+    def new_parser(self, provider: str) -> ChunkParser:
+        return ChunkParser(provider)
+
+    def parse_whole(self, provider: str, body: bytes) -> list[Event]:
+        return parse_completion(provider, body)
+
+    def classify_error(
+        self, provider: str, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> GatewayError:
+        return classify_status(provider, status, body, headers.get("retry-after"))
+
+    def auth_headers(self, credential: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {credential}"}
