@@ -1,6 +1,6 @@
 """The gateway's HTTP/1.x front against h11, on real sockets (issue 26, item 3).
 
-Each vector of ``tests/h1_vectors.py`` is written to a fresh connection of the real server,
+Each vector of ``tests/h1_vectors/`` is written to a fresh connection of the real server,
 followed by a sentinel request (``GET /__end`` with ``Connection: close``) so that every
 conversation has a definite end. The server's app echoes each request (method, target, version,
 the body's length and sha256). What the server should do is what h11 does with the same bytes
