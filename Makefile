@@ -57,7 +57,8 @@ $(SS):
 	$(call APT_GET,iproute2)
 
 # deploy/nginx/trio-gateway.conf is tested in a real nginx in front of a real gateway
-# (tests/e2e/test_deploy.py; the test runs its own nginx, as any user, on a free port).
+# (tests/e2e/test_deploy_nginx.py, test_h1_behind_nginx.py; tests/e2e/nginx.py runs its own
+# nginx, as any user, on a free port).
 # (Where services may start, i.e. not in a container with policy-rc.d, installing the package
 # also starts Debian's own nginx on port 80; the tests do not use it.)
 NGINX := /usr/sbin/nginx

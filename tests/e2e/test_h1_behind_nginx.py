@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from tests.e2e.test_deploy import running_nginx
+from tests.e2e.nginx import running_nginx
 from tests.e2e.test_h1_edge import CHUNKED, NEXT, REFUSED
 from tests.e2e.test_h1_server import post, serving
 

@@ -1,6 +1,6 @@
 """Valid requests mutated byte by byte, through the real server and through h11 (issue 26, item
 3): whatever the bytes, the server answers only what h11 frames the same way (up to the
-deliberate differences of ``test_h1_differential``), refuses the rest with one error and closes,
+deliberate differences of ``h1_differences.py``), refuses the rest with one error and closes,
 never fails with an exception of its own, and ends every conversation within a bound."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.test_h1_differential import converse, expect, judge, reference, serving_strict
+from tests.e2e.h1_conversation import converse, serving_strict
+from tests.e2e.h1_expectation import expect, judge, reference
 from tests.h1_vectors import VECTORS, Vector
 
 # The requests to mutate: every vector h11 frames whole, without the refusals and the limits.

@@ -1,5 +1,5 @@
 """The differential test's reference (h11 driven as a server, ``tests/h1_reference.py``) and its
-corpus (``tests/h1_vectors.py``): that the model frames what h11 frames, bounds heads as a
+corpus (``tests/h1_vectors/``): that the model frames what h11 frames, bounds heads as a
 server reading byte by byte would, and keeps the raw bytes the test's differences look at."""
 
 from __future__ import annotations

@@ -9,11 +9,14 @@ TRIO_GATEWAY_VLLM_URL points at a running server; a plain `pytest` skips them.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 
+from tests.vllm.helpers import vllm_gateway
 from tests.vllm.vllm_server import VllmServer, group_rss_mb, running_vllm
+from trio_gateway.process.serve import GatewayHandle
 
 _summary: list[str] = []
 
@@ -42,6 +45,21 @@ def vllm_server() -> Iterator[VllmServer]:
             )
         else:
             _summary.append(f"vLLM at {server.root_url} (external, not started here)")
+
+
+# The gateway in front of the session's vLLM, and raw httpx against it: the two files of
+# test_gateway_vllm*.py take them.
+@pytest.fixture
+async def gateway(vllm_server: VllmServer) -> AsyncIterator[GatewayHandle]:
+    async with vllm_gateway(vllm_server) as handle:
+        yield handle
+
+
+@pytest.fixture
+async def gw(gateway: GatewayHandle) -> AsyncIterator[httpx.AsyncClient]:
+    """Raw httpx against the gateway (root URL: /v1/..., /metrics, /readyz)."""
+    async with httpx.AsyncClient(base_url=gateway.base_url, timeout=120.0) as client:
+        yield client
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

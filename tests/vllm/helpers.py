@@ -1,5 +1,5 @@
 """Shared by the real-vLLM tests: reading Prometheus text, waiting on vLLM's load signals,
-and an in-process gateway whose one provider is the real vLLM."""
+an in-process gateway whose one provider is the real vLLM, and requests to it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import trio
 
 from tests.e2e.harness import provider_toml, running_gateway
 from tests.vllm.vllm_server import VllmServer
+from tests.vllm.wire_shape import Transcript
 from trio_gateway.config.load import parse_config
 from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.process.serve import GatewayHandle
@@ -114,3 +115,30 @@ async def vllm_gateway(
     config = gateway_config(server, max_inflight=max_inflight, probe=probe, extra=extra)
     async with running_gateway(config) as gateway:
         yield gateway
+
+
+# --- requests to that gateway (test_gateway_vllm.py, test_gateway_vllm_engine.py) --------------
+
+Json = dict[str, Any]
+PROMPT = "what is the weather in paris"
+
+
+def messages(content: str = PROMPT) -> Any:
+    return [{"role": "user", "content": content}]
+
+
+def chat(content: str = PROMPT, **fields: Any) -> Json:
+    return {"model": ALIAS, "messages": messages(content), **fields}
+
+
+async def post(client: httpx.AsyncClient, body: Json) -> Transcript:
+    """POST /v1/chat/completions and capture the whole answer (stream or not)."""
+    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+        text = (await resp.aread()).decode()
+    return Transcript.from_http(resp.status_code, resp.headers.get("content-type"), text)
+
+
+def chunks_of(transcript: Transcript) -> list[Json]:
+    assert transcript.status == 200, transcript.text
+    assert transcript.events is not None and transcript.events[-1] == "[DONE]"
+    return [e for e in transcript.events if isinstance(e, dict)]
