@@ -249,13 +249,15 @@ class GatewayApp:
         *,
         cancelled: bool = False,
     ) -> None:
-        """A metered request that ended before the relay (which records the others)."""
+        """A metered request that ended before the relay (which records the others), under the
+        alias its body named once that was read (chat.read_chat_request)."""
         if scope["path"].rstrip("/") not in METERED_ROUTES:
             return
+        context = current_request()
         record = refused_record(
             request_id=request_id,
             key=key.name if key is not None else None,
-            alias=None,
+            alias=context.alias if context is not None else None,
             error_code=code,
             started_at=started_wall,
             duration_s=trio.current_time() - started,
