@@ -41,6 +41,7 @@ __all__ = [
     "Event",
     "Gateway",
     "GatewayClosed",
+    "HandshakeRejected",
     "ProtocolError",
     "ReasoningDelta",
     "ResponseCancelled",
@@ -161,6 +162,34 @@ _EVENT_TYPES: Mapping[str, type[Event]] = {
 
 class ProtocolError(Exception):
     """The gateway sent something this client cannot read."""
+
+
+class HandshakeRejected(Exception):
+    """The gateway refused the WebSocket before it opened: ``status_code`` is the HTTP status
+    (401 ``invalid_api_key``, 400 ``invalid_request``, 403 too many sockets, ...), ``code`` and
+    ``message`` the gateway's error (docs/api.md). An answer without an error body (the 403 of
+    a gateway at ``max_sockets``) has ``code`` None and a message saying the status."""
+
+    def __init__(self, status_code: int, code: str | None, message: str) -> None:
+        super().__init__(
+            f"{status_code} {code}: {message}" if code else f"{status_code}: {message}"
+        )
+        self.status_code = status_code
+        self.code = code
+        self.message = message
+
+
+def _rejected(exc: trio_websocket.ConnectionRejected) -> HandshakeRejected:
+    """trio-websocket's rejection, read as the gateway's error body (``{"error": {...}}``)."""
+    status = exc.status_code
+    try:
+        error = json.loads(exc.body or b"")["error"]
+        code, message = error["code"], error["message"]
+    except (ValueError, TypeError, KeyError):
+        code = message = None
+    if isinstance(code, str) and isinstance(message, str):
+        return HandshakeRejected(status, code, message)
+    return HandshakeRejected(status, None, f"the gateway refused the WebSocket (HTTP {status})")
 
 
 class GatewayClosed(Exception):
@@ -286,6 +315,11 @@ class Gateway:
             OUTBOUND_QUEUE_MESSAGES
         )
         self._routes: dict[str, trio.MemorySendChannel[Event]] = {}
+        # Messages queued and not yet written, so that leaving connect() can let the cancels
+        # of streams already left go out before the socket closes.
+        self._unsent = 0
+        self._written = trio.Event()  # set and replaced after each write, and at the writer's end
+        self._writer_done = False
         self._next_id = 0
         # Why the connection ended, raised by every stream still open and every new one.
         self._closed: GatewayClosed | ProtocolError | None = None
@@ -314,9 +348,11 @@ class Gateway:
         # type and id first: the gateway can name the id even of a message too large to parse.
         message = json.dumps({"type": "request", "id": id, "body": body}, ensure_ascii=False)
         self._routes[id] = route
+        self._unsent += 1
         try:
             await self._outbound_send.send(message)
         except BaseException:
+            self._unsent -= 1
             self._routes.pop(id, None)
             raise
 
@@ -330,6 +366,7 @@ class Gateway:
 
     def _post(self, message: dict[str, Any]) -> None:
         text = json.dumps(message)
+        self._unsent += 1
         try:
             self._outbound_send.send_nowait(text)
         except trio.WouldBlock:
@@ -338,7 +375,7 @@ class Gateway:
             with contextlib.suppress(RuntimeError):
                 self._nursery.start_soon(self._outbound_send.send, text)
         except trio.ClosedResourceError:
-            pass
+            self._unsent -= 1
 
     def _connection_closed(self, error: GatewayClosed | ProtocolError) -> None:
         if self._closed is None:
@@ -388,11 +425,26 @@ class Gateway:
                 await route.send(event)
 
     async def _write(self) -> None:
-        async for text in self._outbound_receive:
-            try:
-                await self._ws.send_message(text)
-            except trio_websocket.ConnectionClosed:
-                return
+        try:
+            async for text in self._outbound_receive:
+                try:
+                    await self._ws.send_message(text)
+                except trio_websocket.ConnectionClosed:
+                    return
+                self._unsent -= 1
+                self._wrote()
+        finally:
+            self._writer_done = True
+            self._wrote()
+
+    def _wrote(self) -> None:
+        self._written.set()
+        self._written = trio.Event()
+
+    async def _flush(self) -> None:
+        """Until every message queued so far is written, or nothing more can be."""
+        while self._unsent > 0 and not self._writer_done:
+            await self._written.wait()
 
     async def _keepalive(self, interval_s: float, timeout_s: float) -> None:
         """The gateway's own pings prove to it that we read; these prove to us that it lives
@@ -423,18 +475,21 @@ async def connect(
     connect_timeout_s: float = 10.0,
 ) -> AsyncIterator[Gateway]:
     """Open a connection to ``ws://HOST:PORT/v1/ws``; closed (and its requests cancelled by
-    the gateway) when the block ends."""
+    the gateway) when the block ends. A refused handshake raises :class:`HandshakeRejected`."""
     headers = [] if api_key is None else [(b"authorization", f"Bearer {api_key}".encode())]
-    async with (
-        trio_websocket.open_websocket_url(
+    async with contextlib.AsyncExitStack() as stack:
+        opening = trio_websocket.open_websocket_url(
             url,
             extra_headers=headers,
             max_message_size=MAX_MESSAGE_BYTES,
             connect_timeout=connect_timeout_s,
             disconnect_timeout=ping_timeout_s,
-        ) as ws,
-        trio.open_nursery() as nursery,
-    ):
+        )
+        try:
+            ws = await stack.enter_async_context(opening)
+        except trio_websocket.ConnectionRejected as exc:
+            raise _rejected(exc) from exc
+        nursery = await stack.enter_async_context(trio.open_nursery())
         gateway = Gateway(ws, nursery, stream_buffer_events=stream_buffer_events)
         nursery.start_soon(gateway._read)
         nursery.start_soon(gateway._write)
@@ -442,4 +497,9 @@ async def connect(
         try:
             yield gateway
         finally:
+            # The cancels of streams left in the block go out before the socket closes: the
+            # gateway would otherwise see a client that vanished (client_gone), not a cancel.
+            with trio.move_on_after(CLOSE_TIMEOUT_S) as flushing:
+                flushing.shield = True
+                await gateway._flush()
             nursery.cancel_scope.cancel()

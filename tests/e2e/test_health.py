@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 
 import httpx
+import pytest
 import trio
 
 from tests.e2e.harness import (
@@ -100,16 +102,47 @@ async def test_readyz_is_503_when_an_alias_has_no_live_provider() -> None:
         assert live.status_code == 200
 
 
-async def test_a_starting_provider_counts_as_ready() -> None:
+async def test_a_provider_refusing_connections_in_its_grace_is_unreachable_and_warned(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A closed port (a typo'd base_url, or a vLLM still loading: they look the same) is in
+    rotation for startup_grace_s, so /readyz stays 200; but it is shown `unreachable`, not
+    plain ready, and each failed probe is a warning naming the provider, its URL and why."""
     port = await free_port()
+    url = f"http://127.0.0.1:{port}"
     providers = provider_toml(
-        "loading", f"http://127.0.0.1:{port}", probe=True, extra="startup_grace_s = 600"
+        "typo", url, probe=True, extra="startup_grace_s = 600\nprobe_interval_s = 0.1"
     )
+    caplog.set_level(logging.INFO, logger="trio_gateway.health")
     async with running_gateway(gateway_config(providers)) as gateway:
+        # The first probe ran before the gateway served; wait for two more.
+        await wait_until(lambda: len(health_warnings(caplog)) >= 3)
         async with httpx.AsyncClient() as client:
             ready = await client.get(gateway.base_url + "/readyz")
-        assert ready.status_code == 200
-        assert ready.json()["providers"]["loading"]["state"] == "starting"
+            live = await client.get(gateway.base_url + "/healthz")
+            status = (await client.get(gateway.base_url + "/status.json")).json()
+            metrics = (await client.get(gateway.base_url + "/metrics")).text
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    typo = ready.json()["providers"]["typo"]
+    assert typo["state"] == "unreachable"
+    assert "cannot connect" in typo["last_error"] and "refused" in typo["last_error"]
+    assert live.status_code == 200  # liveness is the process's, never a provider's
+    assert status["providers"]["typo"]["state"] == "unreachable"
+    assert "cannot connect" in status["providers"]["typo"]["last_error"]
+    assert 'gateway_provider_state{provider="typo",state="unreachable"} 1.0' in metrics
+    assert 'gateway_provider_state{provider="typo",state="starting"} 0.0' in metrics
+    for message in health_warnings(caplog):
+        assert message.startswith(f"provider typo: unreachable at {url}/v1, it has never answered")
+        assert "cannot connect" in message and "refused" in message.lower()
+        assert "s more of startup_grace_s" in message
+
+
+def health_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "trio_gateway.health" and r.levelno == logging.WARNING
+    ]
 
 
 async def test_passive_failures_on_real_traffic_count_too() -> None:

@@ -34,26 +34,34 @@ def state_of(health: ProviderHealth) -> State:
     return health.state
 
 
-def test_starting_provider_failing_inside_the_grace_is_still_starting() -> None:
+def test_a_provider_failing_inside_the_grace_is_unreachable_and_still_in_rotation() -> None:
+    """A loading vLLM and a typo'd base_url both refuse connections: in rotation for the
+    grace, but no longer shown as merely starting."""
     health = ProviderHealth(config(), now=0.0)
+    assert state_of(health) is State.STARTING
     for t in range(10):
         health.failure("connection refused", now=float(t))
-    assert state_of(health) is State.STARTING
+    assert state_of(health) is State.UNREACHABLE
     assert health.in_rotation(now=10.0)
+    assert health.snapshot(10.0).last_error == "connection refused"
+    assert health.grace_left(10.0) == 90.0
 
 
 def test_first_answer_makes_it_healthy() -> None:
     health = ProviderHealth(config(), now=0.0)
     health.failure("x", now=1.0)
+    assert state_of(health) is State.UNREACHABLE
     health.success()
     assert state_of(health) is State.HEALTHY
+    assert health.last_error is None
 
 
 def test_never_answering_after_the_grace_is_unhealthy() -> None:
     health = ProviderHealth(config(), now=0.0)
     health.failure("x", now=101.0)
     health.failure("x", now=102.0)
-    assert state_of(health) is State.STARTING
+    assert state_of(health) is State.UNREACHABLE
+    assert health.grace_left(102.0) == 0.0
     health.failure("x", now=103.0)
     assert state_of(health) is State.UNHEALTHY
     assert not health.in_rotation(now=103.0)

@@ -39,7 +39,7 @@ def config(**fields: object) -> ProviderConfig:
 def test_the_grace_period_ends_at_its_last_instant() -> None:
     health = ProviderHealth(config(), now=0.0)
     health.failure("refused", now=9.999)
-    assert health.state is State.STARTING
+    assert health.state is State.UNREACHABLE
     health.failure("refused", now=10.0)
     assert health.snapshot(10.0).state is State.UNHEALTHY
 
@@ -113,22 +113,37 @@ def test_a_new_provider_is_starting_with_nothing_counted() -> None:
     )
 
 
-async def test_probe_failures_inside_the_grace_are_noted_but_keep_it_starting(
-    autojump_clock: trio.testing.MockClock,
+async def test_each_failed_probe_inside_the_grace_is_a_warning_naming_the_url_and_reason(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = config(startup_grace_s=100.0)
+    """A typo'd base_url fails its probes exactly as a loading vLLM does: in rotation for the
+    grace, but every probe says so, with where it went and why it failed."""
+    cfg = config(startup_grace_s=100.0, base_url="http://10.0.0.9:8000/v1/")
     health = ProviderHealth(cfg, now=trio.current_time())
 
     async def probe() -> None:
-        raise UpstreamUnreachable("loading", provider="p")
+        raise UpstreamUnreachable("vllm-a: cannot connect (Connection refused)", provider="p")
 
+    caplog.set_level(logging.INFO, logger="trio_gateway.health")
     async with trio.open_nursery() as nursery:
-        await nursery.start(probe_service, "p", cfg, health, probe)
-        await trio.sleep(35)
+        await nursery.start(probe_service, "vllm-a", cfg, health, probe)
+        await trio.sleep(35)  # probes at 0, 10, 20 and 30 s
+        snapshot = health.snapshot(trio.current_time())
+        assert snapshot.state is State.UNREACHABLE
+        assert health.in_rotation(trio.current_time())
+        assert snapshot.consecutive_failures == 4
+        await trio.sleep(80)  # the grace ends at 100 s: the probe then makes it unhealthy
         nursery.cancel_scope.cancel()
-    snapshot = health.snapshot(trio.current_time())
-    assert snapshot.state is State.STARTING
-    assert (snapshot.consecutive_failures, snapshot.last_error) == (4, "probe failed: loading")
+    reason = "probe failed: vllm-a: cannot connect (Connection refused)"
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        (
+            logging.WARNING,
+            f"provider vllm-a: unreachable at http://10.0.0.9:8000/v1, it has never answered "
+            f"({reason}); in rotation for {left} s more of startup_grace_s",
+        )
+        for left in range(100, 0, -10)
+    ] + [(logging.WARNING, f"provider vllm-a: unreachable -> unhealthy ({reason})")]
 
 
 async def test_a_probe_that_breaks_is_a_logged_gateway_bug_not_a_provider_failure(

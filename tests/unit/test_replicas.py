@@ -77,6 +77,9 @@ def health(*states: State) -> GroupHealth:
             member.success()
         elif state is State.UNHEALTHY:
             member.failure("down", now=1.0)
+        elif state is State.UNREACHABLE:  # never answered, failing within its grace
+            member = ProviderHealth(provider(unhealthy_after=1, startup_grace_s=60), now=0.0)
+            member.failure("down", now=1.0)
         members.append(member)
     return GroupHealth(members)
 
@@ -88,6 +91,9 @@ def health(*states: State) -> GroupHealth:
         ((State.STARTING, State.UNHEALTHY), State.STARTING, True),
         ((State.UNHEALTHY, State.UNHEALTHY), State.UNHEALTHY, False),
         ((State.STARTING, State.HEALTHY), State.HEALTHY, True),
+        ((State.UNREACHABLE, State.UNHEALTHY), State.UNREACHABLE, True),
+        ((State.UNREACHABLE, State.STARTING), State.STARTING, True),
+        ((State.UNREACHABLE, State.HEALTHY), State.HEALTHY, True),
     ],
 )
 def test_the_provider_is_in_rotation_while_any_replica_is(
@@ -98,7 +104,8 @@ def test_the_provider_is_in_rotation_while_any_replica_is(
     assert group.in_rotation(2.0) is in_rotation
     snapshot = group.snapshot(2.0)
     assert snapshot.state is state
-    assert (snapshot.last_error == "down") is (State.UNHEALTHY in states)
+    failing = {State.UNHEALTHY, State.UNREACHABLE}
+    assert (snapshot.last_error == "down") is bool(failing & set(states))
 
 
 def test_cooling_down_only_when_every_replica_is() -> None:

@@ -38,9 +38,10 @@ def test_the_document_the_page_reads() -> None:
             in_flight=3,
             queued=1,
             max_inflight=8,
-            state="healthy",
+            state="unreachable",
             cooling_down=False,
             upstream_load=5,
+            last_error="probe failed: cannot connect (Connection refused)",
         )
     ]
     doc = status_document(
@@ -54,12 +55,13 @@ def test_the_document_the_page_reads() -> None:
     assert doc["status"] == "draining"
     assert doc["providers"] == {
         "a": {
-            "state": "healthy",
+            "state": "unreachable",
             "cooling_down": False,
             "in_flight": 3,
             "max_inflight": 8,
             "queued": 1,
             "upstream_load": 5,
+            "last_error": "probe failed: cannot connect (Connection refused)",
             "requests": 0,
             "errors": 0,
             "spills": 0,

@@ -4,6 +4,11 @@ A provider is ``starting`` until it first answers (vLLM loads weights and compil
 and answers nothing meanwhile), ``healthy`` while it answers, and ``unhealthy`` after
 ``unhealthy_after`` failures in a row; ``healthy_after`` successes in a row bring it back. A
 saturated provider is not an unhealthy one: refusals at the gate never count as failures.
+
+A provider that has never answered and whose last probe (or request) failed is ``unreachable``:
+still in rotation within ``startup_grace_s`` (a loading vLLM refuses connections too), but
+shown apart from ``starting``, and each failed probe is a warning, because a typo'd
+``base_url`` fails in exactly the same way and must not look healthy for the whole grace.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ log = logging.getLogger("trio_gateway.health")
 
 class State(enum.Enum):
     STARTING = "starting"
+    UNREACHABLE = "unreachable"  # never answered, and its last attempt failed
     HEALTHY = "healthy"
     UNHEALTHY = "unhealthy"
 
@@ -63,7 +69,7 @@ class ProviderHealth:
         self._failures = 0
         self._successes += 1
         self.last_error = None
-        if self.state is State.STARTING or (
+        if self.state in (State.STARTING, State.UNREACHABLE) or (
             self.state is State.UNHEALTHY and self._successes >= self._healthy_after
         ):
             self._set(State.HEALTHY)
@@ -72,10 +78,18 @@ class ProviderHealth:
         self._successes = 0
         self._failures += 1
         self.last_error = reason
-        if self.state is State.STARTING and now < self._grace_ends:
-            return  # still loading: not answering is expected
-        if self._failures >= self._unhealthy_after:
+        if self.state in (State.STARTING, State.UNREACHABLE) and (
+            now < self._grace_ends or self._failures < self._unhealthy_after
+        ):
+            # Never answered: maybe still loading, maybe a wrong address; in rotation until
+            # the grace is over, but no longer shown as merely starting.
+            self._set(State.UNREACHABLE)
+        elif self._failures >= self._unhealthy_after:
             self._set(State.UNHEALTHY)
+
+    def grace_left(self, now: float) -> float:
+        """Seconds of ``startup_grace_s`` still to run (0 once it is over)."""
+        return max(0.0, self._grace_ends - now)
 
     def cool_down(self, until: float) -> None:
         self._cooldown_until = max(self._cooldown_until, until)
@@ -126,22 +140,46 @@ async def probe_service(
     task_status.started()
     while True:
         before = health.state
+        failure: str | None = None
         try:
             with trio.fail_after(config.probe_timeout_s):
                 await probe()
         except trio.TooSlowError:
-            health.failure(
-                f"probe timed out after {config.probe_timeout_s:g} s", now=trio.current_time()
-            )
+            failure = f"probe timed out after {config.probe_timeout_s:g} s"
         except GatewayError as exc:
-            health.failure(f"probe failed: {exc}", now=trio.current_time())
+            failure = f"probe failed: {exc}"
         except Exception:
             log.exception("provider %s: the readiness probe itself failed (a gateway bug)", name)
         else:
             health.success()
             health.upstream_load = await read_load()
-        log_transition(name, before, health)
+        if failure is not None:
+            health.failure(failure, now=trio.current_time())
+        if failure is not None and health.state is State.UNREACHABLE:
+            log_unreachable(name, config, health, now=trio.current_time())
+        else:
+            log_transition(name, before, health)
         await trio.sleep(config.probe_interval_s)
+
+
+def log_unreachable(
+    name: str, config: ProviderConfig, health: ProviderHealth, *, now: float
+) -> None:
+    """A warning for each failed probe of a provider that never answered: during the grace it
+    stays in rotation, so this line is what tells a wrong ``base_url`` (or a vLLM that never
+    finishes loading) from one still loading normally."""
+    left = health.grace_left(now)
+    if left > 0:
+        then = f"in rotation for {left:.0f} s more of startup_grace_s"
+    else:
+        then = "startup_grace_s is over: unhealthy after unhealthy_after failures in a row"
+    log.warning(
+        "provider %s: unreachable at %s, it has never answered (%s); %s",
+        name,
+        config.endpoint,
+        health.last_error,
+        then,
+    )
 
 
 def log_transition(name: str, before: State, health: ProviderHealth) -> None:
@@ -150,7 +188,7 @@ def log_transition(name: str, before: State, health: ProviderHealth) -> None:
     if health.state is before:
         return
     log.log(
-        logging.WARNING if health.state is State.UNHEALTHY else logging.INFO,
+        logging.WARNING if health.state in (State.UNHEALTHY, State.UNREACHABLE) else logging.INFO,
         "provider %s: %s -> %s%s",
         name,
         before.value,

@@ -118,8 +118,15 @@ def strict_loads(raw: bytes | str) -> Any:
 
 def parse_chat_request(raw: bytes) -> ChatRequest:
     """Validate a ``/v1/chat/completions`` body; raise a ``RequestError`` saying what is wrong."""
+    return validate_chat_body(read_chat_json(raw), depth_known=within_depth(raw))
+
+
+def read_chat_json(raw: bytes) -> Any:
+    """A request body as JSON, not yet validated; :class:`InvalidJSON` when it is not JSON.
+    The fronts read it apart from :func:`validate_chat_body` to learn the alias it names
+    (:func:`requested_alias`) before validation can refuse it."""
     try:
-        body = strict_loads(raw)
+        return strict_loads(raw)
     except _NotJSON as exc:
         raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
     except UnicodeDecodeError as exc:
@@ -128,7 +135,15 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
         raise InvalidJSON(
             f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
-    return validate_chat_body(body, depth_known=within_depth(raw))
+
+
+def requested_alias(body: object) -> str | None:
+    """The ``model`` a decoded body names (an object with a non-empty string there), whatever
+    else is wrong with it; None otherwise. The caller decides whether it is a known alias."""
+    if not isinstance(body, dict):
+        return None
+    alias = body.get("model")
+    return alias if isinstance(alias, str) and alias else None
 
 
 def validate_chat_body(body: object, *, depth_known: bool = False) -> ChatRequest:
@@ -136,8 +151,8 @@ def validate_chat_body(body: object, *, depth_known: bool = False) -> ChatReques
     ``depth_known`` as :func:`~trio_gateway.core.validation.validate_body` takes it."""
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
-    alias = body.get("model")
-    if not isinstance(alias, str) or not alias:
+    alias = requested_alias(body)
+    if alias is None:
         raise InvalidRequest("'model' must be a non-empty string (an alias)", param="model")
     # OpenAI's own rules, every field at once: after this, each field read below has its shape.
     validate_body(body, depth_known=depth_known)

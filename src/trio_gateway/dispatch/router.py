@@ -138,6 +138,7 @@ class Router:
                     state=health.state.value,
                     cooling_down=health.cooling_down(now),
                     upstream_load=health.upstream_load,
+                    last_error=health.last_error,
                     endpoints=_endpoint_gauges(upstream),
                 )
             )

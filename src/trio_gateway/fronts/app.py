@@ -48,16 +48,18 @@ from trio_gateway.providers.openai_compatible.replicas import ReplicaSet
 
 log = logging.getLogger("trio_gateway")
 
+# HEAD wherever GET: monitors probe with it, and one that gets a 405 marks the gateway down.
+# The app answers a HEAD as the GET; the server sends the head only (hypercorn too, on HTTP/2).
 ROUTES = {
     "/v1/chat/completions": ("POST",),
     "/v1/events": ("POST",),
-    "/v1/models": ("GET",),
-    "/healthz": ("GET",),
-    "/readyz": ("GET",),
-    "/metrics": ("GET",),
-    "/": ("GET",),
-    "/status": ("GET",),
-    "/status.json": ("GET",),
+    "/v1/models": ("GET", "HEAD"),
+    "/healthz": ("GET", "HEAD"),
+    "/readyz": ("GET", "HEAD"),
+    "/metrics": ("GET", "HEAD"),
+    "/": ("GET", "HEAD"),
+    "/status": ("GET", "HEAD"),
+    "/status.json": ("GET", "HEAD"),
 }
 MODEL_PREFIX = "/v1/models/"
 # An unknown path is logged, but not at any length.
@@ -247,13 +249,15 @@ class GatewayApp:
         *,
         cancelled: bool = False,
     ) -> None:
-        """A metered request that ended before the relay (which records the others)."""
+        """A metered request that ended before the relay (which records the others), under the
+        alias its body named once that was read (chat.read_chat_request)."""
         if scope["path"].rstrip("/") not in METERED_ROUTES:
             return
+        context = current_request()
         record = refused_record(
             request_id=request_id,
             key=key.name if key is not None else None,
-            alias=None,
+            alias=context.alias if context is not None else None,
             error_code=code,
             started_at=started_wall,
             duration_s=trio.current_time() - started,

@@ -11,8 +11,14 @@ import trio
 from trio_gateway.config.schema import ServerConfig
 from trio_gateway.core.errors import GatewayError, InternalError
 from trio_gateway.core.keys import ApiKey
-from trio_gateway.core.request import parse_chat_request
+from trio_gateway.core.request import (
+    ChatRequest,
+    read_chat_json,
+    requested_alias,
+    validate_chat_body,
+)
 from trio_gateway.core.sse import DONE
+from trio_gateway.core.validation import within_depth
 from trio_gateway.dispatch.relay import CLIENT_GONE, DropConnection, Item, Outcome, Watch, relay
 from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import authorize, with_session
@@ -97,6 +103,24 @@ async def watch_disconnect(
             return
 
 
+def known_alias(router: Router, body: object) -> str | None:
+    """The alias a decoded body names, if the config has it. A name the config does not know
+    is a client's text: it never becomes an alias in the usage record or the access line."""
+    alias = requested_alias(body)
+    return alias if alias is not None and alias in router.aliases else None
+
+
+def read_chat_request(router: Router, raw: bytes, key: ApiKey | None) -> ChatRequest:
+    """The body as a request the key may make. The alias it names goes into the request's
+    context as soon as the body is JSON: a refusal after that (validation, the key, routing,
+    limits) is recorded under it (docs/accounting.md, "The record")."""
+    body = read_chat_json(raw)
+    context = current_request()
+    if context is not None:
+        context.alias = known_alias(router, body)
+    return authorize(validate_chat_body(body, depth_known=within_depth(raw)), key)
+
+
 class WholeAnswer:
     """A non-streamed answer, as the relay's sink: the events gathered, one JSON body at the end
     (or the error that came instead)."""
@@ -141,7 +165,7 @@ async def handle_chat(
 ) -> Outcome:
     # The raw bytes are not kept in this frame: it lasts as long as the answer streams.
     raw = await read_body(receive, server.max_body_bytes)
-    request = with_session(authorize(parse_chat_request(raw), key), session_id)
+    request = with_session(read_chat_request(router, raw, key), session_id)
     del raw
     plan = router.plan(request)
     admission = await router.limits.admit(

@@ -13,11 +13,10 @@ from trio_gateway.config.schema import ServerConfig
 from trio_gateway.core.errors import InternalError
 from trio_gateway.core.events_codec import EventEncoder, is_terminal, sse_frame
 from trio_gateway.core.keys import ApiKey
-from trio_gateway.core.request import parse_chat_request
 from trio_gateway.dispatch.relay import DropConnection, Item, Outcome, relay
 from trio_gateway.dispatch.router import Router
-from trio_gateway.fronts.auth import authorize, with_session
-from trio_gateway.fronts.chat import client_watch
+from trio_gateway.fronts.auth import with_session
+from trio_gateway.fronts.chat import client_watch, read_chat_request
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Receive, Send, SSEAnswer, read_body
 
@@ -37,7 +36,7 @@ async def handle_events(
 ) -> Outcome:
     # The raw bytes are not kept in this frame: it lasts as long as the answer streams.
     raw = await read_body(receive, server.max_body_bytes)
-    request = with_session(authorize(parse_chat_request(raw), key), session_id)
+    request = with_session(read_chat_request(router, raw, key), session_id)
     del raw
     plan = router.plan(request)
     admission = await router.limits.admit(

@@ -68,6 +68,7 @@ from trio_gateway.dispatch.relay import (
 )
 from trio_gateway.dispatch.router import Plan, Router
 from trio_gateway.fronts.auth import authorize, websocket_handshake
+from trio_gateway.fronts.chat import known_alias
 from trio_gateway.fronts.http import JSON_HEADERS, Receive, Scope, Send
 from trio_gateway.fronts.openai_chunks import dumps as json_bytes
 from trio_gateway.ops.access import RequestContext, log_access, request_context
@@ -435,9 +436,10 @@ class _Socket:
                 )
             )
             return
+        alias = known_alias(self._front.router, message.body)
         limit = self._config.max_requests_per_socket
         if len(self._requests) >= limit:
-            self._refused(self._front.new_request_id(), TooManyRequests.code)
+            self._refused(self._front.new_request_id(), TooManyRequests.code, alias)
             self._enqueue(
                 refusal(
                     TooManyRequests(
@@ -452,7 +454,7 @@ class _Socket:
             request = authorize(validate_chat_body(message.body), self._key)
             plan = self._front.router.plan(request)
         except GatewayError as exc:
-            self._refused(request_id, exc.code)
+            self._refused(request_id, exc.code, alias)
             encoder = EventEncoder(request_id=request_id, alias=None, id=message.id)
             self._enqueue(encoder.encode(exc))
             return
@@ -463,12 +465,13 @@ class _Socket:
         assert self._requests_nursery is not None
         self._requests_nursery.start_soon(self._serve_request, entry, request, plan)
 
-    def _refused(self, request_id: str, code: str) -> None:
-        """A request refused before its relay began (which records the others)."""
+    def _refused(self, request_id: str, code: str, alias: str | None) -> None:
+        """A request refused before its relay began (which records the others); ``alias`` is
+        the configured alias its body named, if any (chat.known_alias)."""
         record = refused_record(
             request_id=request_id,
             key=None if self._key is None else self._key.name,
-            alias=None,
+            alias=alias,
             error_code=code,
             started_at=time.time(),
         )
@@ -476,7 +479,9 @@ class _Socket:
         self._front.router.metrics.requests.labels("", "", record.outcome, code).inc()
         context = RequestContext(request_id=request_id, route=WS_ROUTE, trace=new_trace())
         context.record(record)
-        log_access(context, 0.0)
+        # Inside the request's context, so that the line's [request id] is its own.
+        with request_context(context):
+            log_access(context, 0.0)
 
     async def _serve_request(self, entry: _Request, request: ChatRequest, plan: Plan) -> None:
         server = self._front.server
@@ -497,15 +502,15 @@ class _Socket:
             )
         except GatewayError as exc:
             finish()
-            self._refused(entry.request_id, exc.code)
+            self._refused(entry.request_id, exc.code, request.alias)
             self._enqueue(encoder.encode(exc))
             return
         self._front._requests_in_flight += 1
         outcome: Outcome | None = None
         context = RequestContext(request_id=entry.request_id, route=WS_ROUTE, trace=new_trace())
         started = trio.current_time()
-        try:
-            with request_context(context):
+        with request_context(context):
+            try:
                 outcome = await relay(
                     request,
                     plan,
@@ -515,11 +520,12 @@ class _Socket:
                     request_id=entry.request_id,
                     admission=admission,
                 )
-        except Exception:
-            log.exception("websocket request %s failed", entry.request_id)
-        finally:
-            self._front._requests_in_flight -= 1
-            log_access(context, trio.current_time() - started)
+            except Exception:
+                log.exception("websocket request %s failed", entry.request_id)
+            finally:
+                self._front._requests_in_flight -= 1
+                # In the request's context: the line's [request id] is the one its events carry.
+                log_access(context, trio.current_time() - started)
         if entry.finished:
             return
         finish()

@@ -28,7 +28,9 @@ from trio_gateway.ops.tracing import TraceContext
 access_log = logging.getLogger("trio_gateway.access")
 
 # Probes and scrapes come every few seconds: their lines are for debugging only.
-QUIET_ROUTES = frozenset({"GET /healthz", "GET /readyz", "GET /metrics"})
+QUIET_ROUTES = frozenset(
+    f"{method} {path}" for method in ("GET", "HEAD") for path in ("/healthz", "/readyz", "/metrics")
+)
 
 
 @attrs.define(kw_only=True)

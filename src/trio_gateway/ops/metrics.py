@@ -59,14 +59,17 @@ class ProviderGauges:
     in_flight: int
     queued: int
     max_inflight: int
-    state: str  # starting | healthy | unhealthy
+    state: str  # starting | unreachable | healthy | unhealthy
     cooling_down: bool
     upstream_load: int | None
+    # Why its last probe or request failed (None after a success): what the status page shows
+    # next to a provider that is not healthy.
+    last_error: str | None = None
     # Its endpoints: one, or its replicas (each with its gate and state).
     endpoints: tuple[ReplicaGauges, ...] = ()
 
 
-PROBE_STATES = ("starting", "healthy", "unhealthy")
+PROBE_STATES = ("starting", "unreachable", "healthy", "unhealthy")
 
 
 class _LiveCollector(Collector):

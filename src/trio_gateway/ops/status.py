@@ -108,6 +108,7 @@ def status_document(
             "max_inflight": g.max_inflight,
             "queued": g.queued,
             "upstream_load": g.upstream_load,
+            "last_error": g.last_error,
             **recent.summary(g.provider, now),
         }
     return {
@@ -130,7 +131,7 @@ table{border-collapse:collapse;width:100%;margin:.5rem 0 1.5rem;background:#fff}
 th,td{padding:.35rem .5rem;border-bottom:1px solid #ddd;text-align:left}
 th{font-size:.8rem;color:#555;text-transform:uppercase}
 .state-healthy{color:#176f2c;font-weight:600} .state-unhealthy{color:#b00020;font-weight:600}
-.state-starting{color:#8a6d00;font-weight:600}
+.state-starting{color:#8a6d00;font-weight:600} .state-unreachable{color:#b00020;font-weight:600}
 .bar{height:.5rem;background:#e3e3e3;border-radius:.25rem;min-width:4rem}
 .bar>span{display:block;height:100%;background:#3b6fd8;border-radius:.25rem}
 #overall.draining,#overall.not_ready{color:#b00020} #overall.ready{color:#176f2c}
@@ -167,7 +168,8 @@ async function refresh() {
       row.dataset.provider = name;
       cell(row, "provider", name);
       const state = p.state + (p.cooling_down ? " (cooling down)" : "");
-      cell(row, "state", state, "state state-" + p.state);
+      const stateCell = cell(row, "state", state, "state state-" + p.state);
+      if (p.last_error && p.state !== "healthy") stateCell.title = p.last_error;
       cell(row, "in flight", p.in_flight + " / " + p.max_inflight, "in-flight");
       const bar = document.createElement("div"), fill = document.createElement("span");
       const used = 100 * p.in_flight / Math.max(1, p.max_inflight);

@@ -67,7 +67,7 @@ class GroupHealth:
     @property
     def state(self) -> State:
         states = {m.state for m in self._members}
-        for state in (State.HEALTHY, State.STARTING):
+        for state in (State.HEALTHY, State.STARTING, State.UNREACHABLE):
             if state in states:
                 return state
         return State.UNHEALTHY
