@@ -106,3 +106,7 @@ Event = (
     | CompletionText
     | Embeddings
 )
+
+# The answers of /v1/completions and /v1/embeddings alone: never on the gateway's own event
+# stream (/v1/events and /v1/ws take chat requests only), so it has no wire form for them.
+ENDPOINT_ONLY_EVENTS: tuple[type, ...] = (CompletionText, Embeddings)
