@@ -18,7 +18,14 @@ import pytest
 import trio
 from openai import AsyncOpenAI
 
-from tests.e2e.harness import FAST_SIM, provider_toml, running_gateway, running_sim, script
+from tests.e2e.harness import (
+    FAST_SIM,
+    provider_toml,
+    running_gateway,
+    running_sim,
+    script,
+    wait_until,
+)
 from tests.e2e.test_usage_ledger import cli, ledger_rows
 from trio_gateway.config.load import parse_config
 from trio_gateway.core.keys import hash_key, new_key
@@ -310,3 +317,26 @@ async def test_completions_hold_a_slot_of_max_inflight(tmp_path: Path) -> None:
             metrics = (await raw.get(stack.gateway.base_url + "/metrics")).text
         assert 'gateway_http_requests_total{route="/v1/completions",status="200"} 1.0' in metrics
         await client.close()
+
+
+async def test_an_embedding_model_is_probed_with_an_embedding() -> None:
+    """A vLLM serving an embedding model has no chat: probed with one, it would be marked
+    down; ``probe_endpoint = "embeddings"`` asks it what it serves."""
+    probing = (
+        "probe_interval_s = 0.05\nprobe_timeout_s = 2.0\nstartup_grace_s = 0.0\n"
+        "unhealthy_after = 1\nhealthy_after = 1\n"
+    )
+    async with running_sim(attrs.evolve(FAST_SIM, runner="pooling")) as pooling:
+        embeddings = probing + 'probe_endpoint = "embeddings"\n'
+        good = provider_toml("embed", pooling.base_url, alias="embed", probe=True, extra=embeddings)
+        chat = provider_toml("chat", pooling.base_url, alias="embed", probe=True, extra=probing)
+        text = f'[server]\nlisten = "127.0.0.1:0"\n[aliases.embed]\n{good}{chat}'
+        config = parse_config(text, source="test.toml", environ={"SIM_KEY": "sim-key"})
+        async with running_gateway(config) as gateway:
+            health = gateway.router.health
+            await wait_until(
+                lambda: (
+                    (health["embed"].state.value, health["chat"].state.value)
+                    == ("healthy", "unhealthy")
+                )
+            )

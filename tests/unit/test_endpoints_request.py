@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from trio_gateway.accounting.admission import local_limits
-from trio_gateway.config.schema import AliasConfig, ProviderConfig
+from trio_gateway.config.load import parse_config
+from trio_gateway.config.schema import AliasConfig, ConfigError, ProviderConfig
 from trio_gateway.core.endpoints import (
     MAX_INPUTS,
     parse_completions_request,
@@ -166,3 +167,23 @@ def test_routing_keeps_the_providers_that_speak_the_endpoint() -> None:
     assert refused.value.status == 400 and refused.value.code == "unsupported_endpoint"
     assert "claude is anthropic, g is gemini" in refused.value.message
     assert "/v1/embeddings" in refused.value.message
+
+
+def test_probe_endpoint_is_for_openai_wire_providers_only() -> None:
+    def config(kind: str, probe_endpoint: str) -> str:
+        return (
+            '[aliases.a]\n[[aliases.a.providers]]\nname = "p"\n'
+            f'type = "{kind}"\nmodel = "m"\nbase_url = "http://h/v1"\napi_key_env = "K"\n'
+            f'probe_endpoint = "{probe_endpoint}"\n'
+        )
+
+    vllm = parse_config(config("openai_compatible", "embeddings"), source="t", environ={"K": "k"})
+    assert vllm.aliases["a"].providers[0].probe_endpoint == "embeddings"
+    with pytest.raises(ConfigError) as refused:
+        parse_config(config("anthropic", "completions"), source="t", environ={"K": "k"})
+    assert refused.value.problems == [
+        "aliases.a.providers[0].probe_endpoint: 'completions' only for types "
+        "'openai_compatible' and 'openai'"
+    ]
+    with pytest.raises(ConfigError):
+        parse_config(config("openai", "images"), source="t", environ={"K": "k"})

@@ -23,6 +23,7 @@ from trio_gateway.capacity.gate import GateStats, LocalGate, SharedGate
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.core.events import Event
+from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.sse import SSEDecodeError, SSEDecoder
 from trio_gateway.core.usage import UsageMeter
@@ -100,14 +101,7 @@ class Upstream:
             write_timeout_s=config.connect_timeout_s,
             connect=connect,
         )
-        self._probe_request = ChatRequest(
-            alias="(probe)",
-            body={"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
-            stream=False,
-            include_usage=False,
-            reasoning=False,
-            required=frozenset(),
-        )
+        self._probe_request = probe_request(config)
 
     @staticmethod
     def make_client(config: ProviderConfig) -> httpx.AsyncClient:
@@ -434,6 +428,26 @@ class Upstream:
                 events += parser.feed(sse)
                 if parser.done:
                     return
+
+
+def probe_request(config: ProviderConfig) -> ChatRequest:
+    """A provider's probe: one generated token, thinking off (or one embedding), of the kind
+    ``probe_endpoint`` names."""
+    kind = RequestKind(config.probe_endpoint)
+    body: dict[str, object] = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+    if kind is RequestKind.COMPLETIONS:
+        body = {"prompt": "ping", "max_tokens": 1}
+    elif kind is RequestKind.EMBEDDINGS:
+        body = {"input": "ping"}
+    return ChatRequest(
+        alias="(probe)",
+        body=body,
+        stream=False,
+        include_usage=False,
+        reasoning=False,
+        required=frozenset(),
+        kind=kind,
+    )
 
 
 def _scrub(message: str, secret: str | None) -> str:
