@@ -134,6 +134,8 @@ def test_input_tokens_are_estimated_per_form() -> None:
         # A completion without max_tokens generates at most the vendors' default of 16.
         (RequestKind.COMPLETIONS, {"prompt": [1, 2, 3]}, 3 + 16),
         (RequestKind.COMPLETIONS, {"prompt": [1, 2, 3], "max_tokens": 40}, 3 + 40),
+        # Each prompt, n times, is a choice that may generate max_tokens.
+        (RequestKind.COMPLETIONS, {"prompt": [[1, 2], [3]], "n": 2, "max_tokens": 5}, 3 + 20),
         # An embedding generates nothing: its input is all it costs.
         (RequestKind.EMBEDDINGS, {"input": [1, 2, 3]}, 3),
     ],

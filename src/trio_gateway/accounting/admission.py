@@ -42,7 +42,7 @@ from trio_gateway.accounting.limits import (
     reserve_tokens,
 )
 from trio_gateway.config.schema import GatewayConfig, ProviderConfig
-from trio_gateway.core.endpoints import COMPLETIONS_DEFAULT_MAX_TOKENS
+from trio_gateway.core.endpoints import COMPLETIONS_DEFAULT_MAX_TOKENS, completion_choices
 from trio_gateway.core.errors import BudgetExceeded, LimitsUnavailable, RateLimited
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.kind import RequestKind
@@ -124,6 +124,9 @@ class Limits:
         tokens = reserve_tokens(
             prompt, max_tokens if isinstance(max_tokens, int) else None, default_max
         )
+        if kind is RequestKind.COMPLETIONS:
+            # Each prompt, n times, is a choice that may generate max_tokens of its own.
+            tokens = prompt + (tokens - prompt) * completion_choices(body)
         hold = max(
             (reserve_nanos(prices_of(p), prompt, tokens - prompt) for p in providers), default=0
         )

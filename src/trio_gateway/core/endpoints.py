@@ -167,7 +167,18 @@ def parse_embeddings_request(raw: bytes) -> ChatRequest:
 
 def prompt_count(request: ChatRequest) -> int:
     """How many prompts (or inputs) a request holds: one per text or token list."""
-    value = request.body.get("prompt" if request.kind is RequestKind.COMPLETIONS else "input")
+    return _count(
+        request.body.get("prompt" if request.kind is RequestKind.COMPLETIONS else "input")
+    )
+
+
+def completion_choices(body: Mapping[str, object]) -> int:
+    """The choices a validated completions body asks for: each prompt, ``n`` times."""
+    n = body.get("n")
+    return _count(body.get("prompt")) * (n if type(n) is int and n > 0 else 1)
+
+
+def _count(value: object) -> int:
     if isinstance(value, list) and value and isinstance(value[0], str | list):
         return len(value)
     return 1
