@@ -43,6 +43,12 @@ def gateway_toml(sim_url: str, keys_file: Path, ledger: Path) -> str:
     )
 
 
+ROUTES = {
+    "chat": "/v1/chat/completions",
+    "events": "/v1/events",
+    "completions": "/v1/completions",
+    "embeddings": "/v1/embeddings",
+}
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
 USER = [{"role": "user", "content": "hi"}]
 
@@ -68,9 +74,7 @@ async def test_every_refusal_of_a_named_alias_is_recorded_and_logged_under_it(
                 who: str | None, body: Any, alias: str | None, code: str | None, path: str = "chat"
             ) -> None:
                 headers = {} if who is None else {"authorization": f"Bearer {keys[who]}"}
-                url = gateway.base_url + (
-                    "/v1/events" if path == "events" else "/v1/chat/completions"
-                )
+                url = gateway.base_url + ROUTES[path]
                 if isinstance(body, bytes):
                     headers["content-type"] = "application/json"
                     answer = await c.post(url, content=body, headers=headers)
@@ -90,6 +94,10 @@ async def test_every_refusal_of_a_named_alias_is_recorded_and_logged_under_it(
             await post("dave", chat(max_tokens=1000), lite, "budget_exceeded")
             await post("alice", {"model": lite, "messages": "hi"}, lite, "invalid_request")
             await post("alice", chat(n=2), lite, "unsupported_parameter")
+            # The other OpenAI endpoints take the same path to their refusals.
+            completion = {"model": lite, "prompt": "hi"}
+            await post("bob", completion, lite, "alias_not_allowed", path="completions")
+            await post("alice", {"model": lite, "input": 42}, lite, "invalid_request", "embeddings")
             await post(
                 "alice",
                 {"model": "prompt-enhance", "messages": USER, "tools": TOOLS},
@@ -141,6 +149,6 @@ async def test_every_refusal_of_a_named_alias_is_recorded_and_logged_under_it(
         table = await cli(["usage", "--ledger", str(ledger), "--by", "alias"])
     rows = {line.split()[0]: line.split() for line in table.splitlines()[1:]}
     # requests, completed, cancelled, failed, refused
-    assert rows["agent-lite"][1:6] == ["12", "2", "0", "0", "10"]
+    assert rows["agent-lite"][1:6] == ["14", "2", "0", "0", "12"]
     assert rows["prompt-enhance"][1:6] == ["1", "0", "0", "0", "1"]
     assert rows["-"][1:6] == ["8", "0", "0", "0", "8"]

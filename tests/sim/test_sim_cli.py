@@ -36,6 +36,8 @@ def test_every_config_field_has_a_flag() -> None:
         "--oauth-token-lifetime-s", "60",
         "--vertex-require-token",
         "--access-log",
+        "--runner", "pooling",
+        "--embedding-dimensions", "16",
     ]  # fmt: skip
     config, host, port = parse_args(argv)
     assert (host, port) == ("0.0.0.0", 9000)
@@ -61,6 +63,8 @@ def test_every_config_field_has_a_flag() -> None:
         oauth_token_lifetime_s=60,
         vertex_require_token=True,
         access_log=True,
+        runner="pooling",
+        embedding_dimensions=16,
     )
     flags = {a for a in argv if a.startswith("--")} - {"--listen"}
     assert len(flags) == len(attrs.fields(SimConfig))

@@ -45,7 +45,7 @@ async def watched_answer() -> AsyncIterator[Watched]:
         fd = server_side.socket.fileno()
         scope = {"extensions": {HANG_UP_EXTENSION: hang_ups, SOCKET_FD_EXTENSION: fd}}
         seq, watch, cancel = Sequence(), _Watch(), trio.CancelScope()
-        unwatch = shell._watch_hang_up(scope, seq, watch, cancel)  # type: ignore[arg-type]
+        unwatch = shell._watch_hang_up(scope, [seq], watch, cancel)  # type: ignore[list-item]
         assert unwatch is not None
         yield Watched(hang_ups, peer, seq, watch, cancel, unwatch)
         unwatch()
@@ -74,7 +74,7 @@ def test_no_watch_without_the_server_s() -> None:
     shell = Shell(SimEngine(SimConfig()))
     no_watch = shell._watch_hang_up(
         {"extensions": {}},
-        Sequence(),  # type: ignore[arg-type]
+        [Sequence()],  # type: ignore[list-item]
         _Watch(),
         trio.CancelScope(),
     )

@@ -23,6 +23,9 @@ from trio_gateway.core.errors import (
     UpstreamServerError,
 )
 from trio_gateway.core.events import (
+    ENDPOINT_ONLY_EVENTS,
+    CompletionText,
+    Embeddings,
     ErrorEvent,
     Event,
     ReasoningDelta,
@@ -124,7 +127,13 @@ def test_each_event_has_its_wire_form(event: Event, kind: str, payload: dict[str
 
 def test_every_internal_event_type_is_in_the_table() -> None:
     covered = {type(event) for event, _, _ in EVENT_TABLE}
-    assert covered == set(Event.__args__)
+    assert covered == set(Event.__args__) - set(ENDPOINT_ONLY_EVENTS)
+
+
+def test_the_answers_of_completions_and_embeddings_have_no_wire_form() -> None:
+    for event in (CompletionText(0, "a"), Embeddings(([1.0],))):
+        with pytest.raises(TypeError):
+            event_fields(event, alias=None)
 
 
 def test_unknown_events_are_refused() -> None:

@@ -37,8 +37,8 @@ from trio_gateway.providers.openai_compatible.dialect import (
     OpenAICompatibleDialect,
     build_body,
     parse_completion,
-    parse_usage,
 )
+from trio_gateway.providers.openai_compatible.usage import parse_usage
 
 
 def data(obj: Any) -> bytes:

@@ -47,6 +47,15 @@ def vllm_server() -> Iterator[VllmServer]:
             _summary.append(f"vLLM at {server.root_url} (external, not started here)")
 
 
+@pytest.fixture(scope="session")
+def vllm_embedder() -> Iterator[VllmServer]:
+    """A second vLLM serving the tiny model as an embedding model (`--runner pooling`),
+    started only for the tests that take it."""
+    with running_vllm(pooling=True) as server:
+        yield server
+        _summary.append(f"vLLM (pooling) pid {server.pid}: ready in {server.startup_s:.1f} s")
+
+
 # The gateway in front of the session's vLLM, and raw httpx against it: the two files of
 # test_gateway_vllm*.py take them.
 @pytest.fixture

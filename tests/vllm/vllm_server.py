@@ -194,14 +194,22 @@ def _wait_reaped(pgid: int, within: float = 10.0) -> None:
         time.sleep(0.1)
 
 
+# `vllm serve --runner pooling --convert embed`: the tiny Qwen3 as an embedding model (its
+# last hidden state, normalised: 128 floats), serving /v1/embeddings and no generation.
+POOLING_ARGS = ["--runner", "pooling", "--convert", "embed"]
+
+
 def wait_ready(
     root_url: str,
     api_key: str,
     proc: subprocess.Popen[bytes] | None,
     log_path: Path | None,
     timeout: float = STARTUP_TIMEOUT_S,
+    *,
+    pooling: bool = False,
 ) -> None:
-    """Wait for /health and then for a real 1-token generation to succeed."""
+    """Wait for /health and then for a real 1-token generation (an embedding, for a pooling
+    model) to succeed."""
     deadline = time.monotonic() + timeout
     last = "no answer yet"
 
@@ -221,7 +229,17 @@ def wait_ready(
                     r = client.get(f"{root_url}/health")
                     healthy = r.status_code == 200
                     last = f"/health -> {r.status_code}"
-                if healthy:
+                if healthy and pooling:
+                    r = client.post(
+                        f"{root_url}/v1/embeddings",
+                        headers={"Authorization": f"Bearer {api_key}"},
+                        json={"model": SERVED_MODEL_NAME, "input": "ping"},
+                        timeout=60.0,
+                    )
+                    last = f"an embedding -> {r.status_code} {r.text[:200]}"
+                    if r.status_code == 200 and r.json()["data"][0]["embedding"]:
+                        return
+                elif healthy:
                     r = client.post(
                         f"{root_url}/v1/chat/completions",
                         headers={"Authorization": f"Bearer {api_key}"},
@@ -250,15 +268,19 @@ def running_vllm(
     step_delay_ms: float | None = None,
     startup_timeout: float = STARTUP_TIMEOUT_S,
     extra_args: list[str] | None = None,
+    pooling: bool = False,
 ) -> Iterator[VllmServer]:
     """Start a real vLLM for the duration of the block (see the module docstring).
+
+    pooling serves the model as an embedding model (POOLING_ARGS); it is always started here,
+    TRIO_GATEWAY_VLLM_URL names a generating server only.
 
     step_delay_ms paces the engine (serve.py's --step-delay-ms, default 20 ms per decode
     step, ~45 tokens/s per sequence); 0 runs the tiny model at full speed, where the engine
     outruns vLLM's own API server on 2 cores and streams arrive in bursts.
     """
     external = os.environ.get("TRIO_GATEWAY_VLLM_URL")
-    if external:
+    if external and not pooling:
         key = os.environ.get("TRIO_GATEWAY_VLLM_API_KEY", "")
         wait_ready(external.rstrip("/"), key, None, None, startup_timeout)
         yield VllmServer(root_url=external.rstrip("/"), api_key=key, pid=None)
@@ -284,6 +306,7 @@ def running_vllm(
     ]
     if step_delay_ms is not None:
         cmd += ["--step-delay-ms", str(step_delay_ms)]
+    extra_args = [*(extra_args or []), *(POOLING_ARGS if pooling else [])]
     if extra_args:
         cmd += ["--", *extra_args]
     started = time.monotonic()
@@ -298,7 +321,9 @@ def running_vllm(
             start_new_session=True,  # own process group: the engine's children die with it
         )
     try:
-        wait_ready(f"http://127.0.0.1:{port}", api_key, proc, log_path, startup_timeout)
+        wait_ready(
+            f"http://127.0.0.1:{port}", api_key, proc, log_path, startup_timeout, pooling=pooling
+        )
         startup_s = time.monotonic() - started
         print(
             f"\n[vllm] ready in {startup_s:.1f} s on port {port}, pid {proc.pid}, log {log_path}",

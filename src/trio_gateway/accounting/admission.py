@@ -42,9 +42,11 @@ from trio_gateway.accounting.limits import (
     reserve_tokens,
 )
 from trio_gateway.config.schema import GatewayConfig, ProviderConfig
+from trio_gateway.core.endpoints import COMPLETIONS_DEFAULT_MAX_TOKENS, completion_choices
 from trio_gateway.core.errors import BudgetExceeded, LimitsUnavailable, RateLimited
 from trio_gateway.core.keys import ApiKey
-from trio_gateway.core.usage import UsageRecord, estimate_prompt_tokens
+from trio_gateway.core.kind import RequestKind
+from trio_gateway.core.usage import UsageRecord, estimate_body_prompt
 from trio_gateway.redis.client import RedisClient, RedisError
 
 log = logging.getLogger("trio_gateway")
@@ -101,18 +103,30 @@ class Limits:
         return _StoreErrorCollector(self)
 
     async def admit(
-        self, key: ApiKey | None, body: dict[str, object], providers: tuple[ProviderConfig, ...]
+        self,
+        key: ApiKey | None,
+        body: dict[str, object],
+        providers: tuple[ProviderConfig, ...],
+        kind: RequestKind = RequestKind.CHAT,
     ) -> Admission | None:
         """None for a request with nothing to enforce; else its admission, or 402/429/503."""
         if key is None or (key.rpm is None and key.tpm is None and key.budget is None):
             return None
         # The provider is not chosen yet: estimate at the alias's highest prices and limits.
         default_max = max((p.default_max_tokens for p in providers), default=4096)
+        if kind is RequestKind.COMPLETIONS:
+            # What the vendors generate when a completion names no max_tokens.
+            default_max = COMPLETIONS_DEFAULT_MAX_TOKENS
+        elif kind is RequestKind.EMBEDDINGS:
+            default_max = 0  # an embedding generates nothing: its prompt is all it costs
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-        prompt = estimate_prompt_tokens(body.get("messages"))
+        prompt = estimate_body_prompt(body, kind)
         tokens = reserve_tokens(
             prompt, max_tokens if isinstance(max_tokens, int) else None, default_max
         )
+        if kind is RequestKind.COMPLETIONS:
+            # Each prompt, n times, is a choice that may generate max_tokens of its own.
+            tokens = prompt + (tokens - prompt) * completion_choices(body)
         hold = max(
             (reserve_nanos(prices_of(p), prompt, tokens - prompt) for p in providers), default=0
         )

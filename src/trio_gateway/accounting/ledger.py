@@ -54,6 +54,7 @@ COLUMNS = (
     "ttft_s",
     "duration_s",
     "started_at",
+    "endpoint",
 )
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -71,7 +72,8 @@ CREATE TABLE IF NOT EXISTS usage (
     estimated INTEGER NOT NULL,
     ttft_s REAL,
     duration_s REAL NOT NULL,
-    started_at REAL NOT NULL
+    started_at REAL NOT NULL,
+    endpoint TEXT NOT NULL DEFAULT 'chat'
 );
 CREATE INDEX IF NOT EXISTS usage_started_at ON usage (started_at);
 """
@@ -105,7 +107,21 @@ def connect(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.executescript(SCHEMA)
+    migrate(conn)
     return conn
+
+
+# Columns added since the first ledgers, with what the rows written before them hold.
+ADDED_COLUMNS = {"endpoint": "TEXT NOT NULL DEFAULT 'chat'"}
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Add to a ledger written by an older gateway the columns it lacks: before /v1/completions
+    and /v1/embeddings, every record was a chat's."""
+    present = {name for _, name, *_ in conn.execute("PRAGMA table_info(usage)")}
+    for name, definition in ADDED_COLUMNS.items():
+        if name not in present:
+            conn.execute(f"ALTER TABLE usage ADD COLUMN {name} {definition}")
 
 
 def row(record: UsageRecord) -> tuple[object, ...]:
@@ -124,6 +140,7 @@ def row(record: UsageRecord) -> tuple[object, ...]:
         record.ttft_s,
         record.duration_s,
         record.started_at,
+        record.endpoint,
     )
 
 

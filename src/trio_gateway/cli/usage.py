@@ -2,7 +2,7 @@
 
 ::
 
-    trio-gateway usage [--by key|alias|provider|day] [--since 24h|2026-01-31T00:00]
+    trio-gateway usage [--by key|alias|provider|endpoint|day] [--since 24h|2026-01-31T00:00]
                        [--ledger PATH | --config FILE] [--json]
 """
 
@@ -27,6 +27,7 @@ GROUPS = {
     "key": "coalesce(key, '-')",
     "alias": "coalesce(alias, '-')",
     "provider": "coalesce(provider, '-')",
+    "endpoint": "endpoint",  # chat, completions, embeddings
     "day": "date(started_at, 'unixepoch')",  # UTC
 }
 UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -100,8 +101,15 @@ def _connect(path: str) -> sqlite3.Connection:
     return conn
 
 
+def _with_endpoint(conn: sqlite3.Connection, expression: str) -> str:
+    """``expression`` where it names the endpoint column of a ledger an older gateway wrote
+    (opened read-only here, so not migrated): every record of it was a chat's."""
+    present = {name for _, name, *_ in conn.execute("PRAGMA table_info(usage)")}
+    return expression if "endpoint" in present else expression.replace("endpoint", "'chat'")
+
+
 def table(conn: sqlite3.Connection, by: str, since: float | None) -> list[tuple[object, ...]]:
-    group = GROUPS[by]
+    group = _with_endpoint(conn, GROUPS[by]) if by == "endpoint" else GROUPS[by]
     query = f"""
         SELECT {group} AS grp, count(*),
                sum(outcome = 'completed'), sum(outcome = 'cancelled'),
@@ -114,7 +122,8 @@ def table(conn: sqlite3.Connection, by: str, since: float | None) -> list[tuple[
 
 
 def records(conn: sqlite3.Connection, since: float | None) -> list[dict[str, object]]:
-    query = f"SELECT {', '.join(COLUMNS)} FROM usage WHERE started_at >= ? ORDER BY started_at, id"
+    columns = _with_endpoint(conn, ", ".join(COLUMNS))
+    query = f"SELECT {columns} FROM usage WHERE started_at >= ? ORDER BY started_at, id"
     out = []
     for values in conn.execute(query, (since if since is not None else float("-inf"),)):
         record = dict(zip(COLUMNS, values, strict=True))

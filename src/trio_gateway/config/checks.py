@@ -78,6 +78,11 @@ def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
             problems.append(f"{where}.{key}: only for type 'vertex'")
     if p.location is not None and not re.fullmatch(r"[a-z0-9-]+", p.location):
         problems.append(f"{where}.location: expected a region name like 'us-central1'")
+    if p.probe_endpoint != "chat" and p.type not in ("openai_compatible", "openai"):
+        problems.append(
+            f"{where}.probe_endpoint: {p.probe_endpoint!r} only for types 'openai_compatible' "
+            "and 'openai'"
+        )
     if p.default_max_tokens < 1:
         problems.append(f"{where}.default_max_tokens: must be at least 1")
     for key in ("api_key_file", "credentials_file"):

@@ -17,6 +17,7 @@ DEFAULT_CONFIG_NAME = "gateway.toml"
 
 
 ProviderType = Literal["openai_compatible", "openai", "anthropic", "gemini", "vertex"]
+ProbeEndpoint = Literal["chat", "completions", "embeddings"]
 PROVIDER_TYPES: tuple[str, ...] = ("openai_compatible", "openai", "anthropic", "gemini", "vertex")
 # Each vendor's public endpoint, as its own SDK spells it (paths are appended by the dialect).
 DEFAULT_BASE_URLS = {
@@ -120,6 +121,9 @@ class ProviderConfig:
     idle_timeout_s: float = 60.0
     # Readiness: a real one-token generation, outside the gate.
     probe: bool = True
+    # What the probe asks: a chat (the default), a completion, or an embedding (a vLLM serving
+    # an embedding model has no chat to ask).
+    probe_endpoint: ProbeEndpoint = "chat"
     probe_interval_s: float = 30.0
     probe_timeout_s: float = 15.0
     unhealthy_after: int = 3

@@ -13,6 +13,7 @@ occur, never further in.
     │   ├── UnsupportedParameter        400 unsupported_parameter
     │   ├── ContextLengthExceeded       400 context_length_exceeded
     │   ├── CapabilityUnavailable       400 capability_unavailable
+    │   ├── UnsupportedEndpoint         400 unsupported_endpoint
     │   ├── BodyTooLarge                413 body_too_large
     │   ├── MalformedHttp               400 malformed_http (a body's framing; http1/)
     │   ├── RequestTimeout              408 request_timeout (a body too slow to come)
@@ -122,6 +123,15 @@ class ContextLengthExceeded(RequestError):
 
 class CapabilityUnavailable(RequestError):
     code = "capability_unavailable"
+
+
+class UnsupportedEndpoint(RequestError):
+    """The alias has no provider that serves this endpoint (``/v1/completions`` and
+    ``/v1/embeddings`` are OpenAI's and vLLM's only), or the provider's model does not (its
+    404). 400, not 404: the route and the alias both exist, and an SDK reads 404 as "no such
+    model"; not 501: a 5xx is retried by SDKs, and asking again cannot help."""
+
+    code = "unsupported_endpoint"
 
 
 class BodyTooLarge(RequestError):

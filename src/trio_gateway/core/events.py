@@ -62,6 +62,24 @@ class ResponseDone:
 
 
 @attrs.frozen(slots=True)
+class CompletionText:
+    """A piece of one choice of a text completion (``/v1/completions``): ``index`` tells the
+    choices apart (one per prompt and ``n``); ``finish_reason`` ends that choice."""
+
+    index: int
+    text: str
+    finish_reason: str | None = None
+
+
+@attrs.frozen(slots=True)
+class Embeddings:
+    """An embeddings answer (``/v1/embeddings``), one vector per input in the inputs' order,
+    each as the vendor sent it: a list of floats, or base64 text of float32s."""
+
+    vectors: tuple[list[float] | str, ...]
+
+
+@attrs.frozen(slots=True)
 class ResponseCancelled:
     reason: str
 
@@ -85,4 +103,10 @@ Event = (
     | ResponseDone
     | ResponseCancelled
     | ErrorEvent
+    | CompletionText
+    | Embeddings
 )
+
+# The answers of /v1/completions and /v1/embeddings alone: never on the gateway's own event
+# stream (/v1/events and /v1/ws take chat requests only), so it has no wire form for them.
+ENDPOINT_ONLY_EVENTS: tuple[type, ...] = (CompletionText, Embeddings)

@@ -9,7 +9,8 @@ import attrs
 
 from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import InvalidJSON, InvalidRequest, UnsupportedParameter
-from trio_gateway.core.usage import estimate_prompt_tokens
+from trio_gateway.core.kind import RequestKind
+from trio_gateway.core.usage import estimate_body_prompt
 from trio_gateway.core.validation import validate_body, within_depth
 
 # Gateway extensions in the request body; never sent to a provider as they are.
@@ -20,7 +21,8 @@ _NOTHING_REQUIRED: frozenset[Capability] = frozenset()
 
 @attrs.define(kw_only=True)
 class ChatRequest:
-    """Not frozen for one reason: ``release_body`` (below)."""
+    """A request to one of the OpenAI endpoints (``kind``; chat unless said otherwise): the
+    name is the chat front's, which came first. Not frozen for one reason: ``release_body``."""
 
     alias: str
     # The parsed body, as validated; empty once released.
@@ -36,6 +38,8 @@ class ChatRequest:
     # The client's x-session-id header: which conversation this turn belongs to, so replica
     # affinity routing keeps it where its prefix is cached (docs/routing.md).
     session_id: str | None = None
+    # The endpoint it came to: how a provider is asked and its answer read.
+    kind: RequestKind = RequestKind.CHAT
     # The prompt's estimate (usage.estimate_prompt_tokens), taken when the body is released.
     _prompt_estimate: int | None = attrs.field(default=None, init=False, repr=False)
 
@@ -45,14 +49,14 @@ class ChatRequest:
         again. A long prompt is otherwise held for as long as its answer streams, thousands of
         answers at once."""
         if self._prompt_estimate is None:
-            self._prompt_estimate = estimate_prompt_tokens(self.body.get("messages"))
+            self._prompt_estimate = estimate_body_prompt(self.body, self.kind)
             self.body = {}
 
     def prompt_estimate(self) -> int:
         """The prompt's tokens as estimated for a vendor that never counted them."""
         if self._prompt_estimate is not None:
             return self._prompt_estimate
-        return estimate_prompt_tokens(self.body.get("messages"))
+        return estimate_body_prompt(self.body, self.kind)
 
 
 def _reasoning_switch(body: dict[str, Any]) -> bool | None:

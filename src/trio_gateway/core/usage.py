@@ -21,12 +21,13 @@ estimated from the request's messages the same way.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Literal, Protocol
 
 import attrs
 
 from trio_gateway.core.events import Usage
+from trio_gateway.core.kind import RequestKind
 
 Outcome = Literal["completed", "failed", "cancelled", "refused"]
 OUTCOMES: tuple[str, ...] = ("completed", "failed", "cancelled", "refused")
@@ -73,6 +74,8 @@ class UsageRecord:
     ttft_s: float | None = None
     duration_s: float = 0.0
     started_at: float  # wall clock, seconds since the epoch
+    # The endpoint it came to (a ``RequestKind`` value): chat, completions or embeddings.
+    endpoint: str = "chat"
 
     def as_row(self) -> dict[str, object]:
         return attrs.asdict(self)
@@ -104,6 +107,33 @@ def estimate_prompt_tokens(messages: object) -> int:
     return estimate_tokens(len(json.dumps(messages, ensure_ascii=False)))
 
 
+def estimate_input_tokens(value: object) -> int:
+    """A completions ``prompt`` or an embeddings ``input``, as validated: a text, texts, token
+    ids, or lists of token ids. A token id is one token; a text is estimated by its length."""
+    if isinstance(value, str):
+        return estimate_tokens(len(value))
+    if not isinstance(value, list):
+        return 0
+    total = 0
+    for item in value:
+        if isinstance(item, str):
+            total += estimate_tokens(len(item))
+        elif isinstance(item, list):
+            total += len(item)
+        else:
+            total += 1  # a token id
+    return total
+
+
+def estimate_body_prompt(body: Mapping[str, object], kind: RequestKind) -> int:
+    """The prompt of a request body of ``kind``, estimated."""
+    if kind is RequestKind.COMPLETIONS:
+        return estimate_input_tokens(body.get("prompt"))
+    if kind is RequestKind.EMBEDDINGS:
+        return estimate_input_tokens(body.get("input"))
+    return estimate_prompt_tokens(body.get("messages"))
+
+
 def usage_record(
     *,
     request_id: str,
@@ -119,6 +149,7 @@ def usage_record(
     ttft_s: float | None,
     duration_s: float,
     started_at: float,
+    endpoint: str = "chat",
 ) -> UsageRecord:
     """The record of a request that reached the relay.
 
@@ -153,6 +184,7 @@ def usage_record(
         ttft_s=ttft_s,
         duration_s=duration_s,
         started_at=started_at,
+        endpoint=endpoint,
     )
 
 
@@ -165,6 +197,7 @@ def refused_record(
     started_at: float,
     duration_s: float = 0.0,
     cancelled: bool = False,
+    endpoint: str = "chat",
 ) -> UsageRecord:
     """A request that never reached a provider: refused (or its client left first)."""
     return UsageRecord(
@@ -176,4 +209,5 @@ def refused_record(
         error_code=error_code,
         duration_s=duration_s,
         started_at=started_at,
+        endpoint=endpoint,
     )

@@ -155,7 +155,7 @@ class Router:
     def plan(self, request: ChatRequest) -> Plan:
         """Raises (unknown alias, missing capability) before anything is sent upstream."""
         alias = resolve_alias(self.aliases, request.alias)
-        eligible = eligible_providers(request.alias, alias, request.required)
+        eligible = eligible_providers(request.alias, alias, request.required, request.kind)
         now = trio.current_time()
         health = self.health
         live = {p.name for p in eligible if health[p.name].in_rotation(now)}

@@ -7,7 +7,9 @@ from collections.abc import Sequence
 
 from trio_gateway.config.schema import AliasConfig, ProviderConfig
 from trio_gateway.core.capability import Capability
-from trio_gateway.core.errors import CapabilityUnavailable, ModelNotFound
+from trio_gateway.core.errors import CapabilityUnavailable, ModelNotFound, UnsupportedEndpoint
+from trio_gateway.core.kind import RequestKind
+from trio_gateway.providers.registry import serves
 
 
 def resolve_alias(aliases: dict[str, AliasConfig], name: str) -> AliasConfig:
@@ -21,14 +23,28 @@ def resolve_alias(aliases: dict[str, AliasConfig], name: str) -> AliasConfig:
 
 
 def eligible_providers(
-    alias_name: str, alias: AliasConfig, required: frozenset[Capability]
+    alias_name: str,
+    alias: AliasConfig,
+    required: frozenset[Capability],
+    kind: RequestKind = RequestKind.CHAT,
 ) -> list[ProviderConfig]:
-    """Providers able to serve a request that needs ``required``; capability errors otherwise.
+    """Providers able to serve a request of ``kind`` that needs ``required``; capability (or
+    endpoint) errors otherwise.
 
     Filtering happens before choosing, so a request never lands on a provider that would
-    silently ignore its tools, images or schema.
+    silently ignore its tools, images or schema, or that does not speak its endpoint.
     """
-    eligible = [p for p in alias.providers if required <= p.capabilities]
+    providers: Sequence[ProviderConfig] = alias.providers
+    if kind is not RequestKind.CHAT:
+        providers = [p for p in providers if serves(p.type, kind)]
+        if not providers:
+            types = ", ".join(f"{p.name} is {p.type}" for p in alias.providers)
+            raise UnsupportedEndpoint(
+                f"no provider of alias {alias_name!r} serves {kind.path} ({types}; only "
+                "openai_compatible and openai providers do)",
+                param="model",
+            )
+    eligible = [p for p in providers if required <= p.capabilities]
     if eligible:
         return eligible
     wanted = ", ".join(sorted(c.value for c in required))

@@ -21,10 +21,12 @@ from trio_gateway.core.errors import (
     RouteNotFound,
 )
 from trio_gateway.core.keys import ApiKey
+from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.usage import UsageRecord, refused_record
 from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import http_key
 from trio_gateway.fronts.chat import handle_chat
+from trio_gateway.fronts.completions import handle_completions, handle_embeddings
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.events_sse import handle_events
 from trio_gateway.fronts.http import (
@@ -52,6 +54,8 @@ log = logging.getLogger("trio_gateway")
 # The app answers a HEAD as the GET; the server sends the head only (hypercorn too, on HTTP/2).
 ROUTES = {
     "/v1/chat/completions": ("POST",),
+    "/v1/completions": ("POST",),
+    "/v1/embeddings": ("POST",),
     "/v1/events": ("POST",),
     "/v1/models": ("GET", "HEAD"),
     "/healthz": ("GET", "HEAD"),
@@ -66,14 +70,30 @@ MODEL_PREFIX = "/v1/models/"
 MAX_LOGGED_PATH_CHARS = 200
 # Every route, for the 404's hint (a test checks it against ROUTES).
 ROUTE_LIST = (
-    "POST /v1/chat/completions, POST /v1/events, GET /v1/models, GET /v1/models/{id}, "
+    "POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings, POST /v1/events, "
+    "GET /v1/models, GET /v1/models/{id}, "
     "GET /v1/ws (WebSocket), GET /healthz, GET /readyz, GET /metrics, GET / (status page), "
     "GET /status, GET /status.json"
 )
 # Paths that need an API key when the gateway has keys; the probes and metrics never do.
-KEYED_PATHS = frozenset({"/v1/chat/completions", "/v1/events", "/v1/models"})
-# Routes whose every request gets a usage record (relay.record once it is under way).
-METERED_ROUTES = frozenset({"/v1/chat/completions", "/v1/events"})
+KEYED_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/events", "/v1/models"}
+)
+# Routes whose every request gets a usage record (relay.record once it is under way), and the
+# endpoint the record names.
+METERED_ROUTES = {
+    "/v1/chat/completions": RequestKind.CHAT,
+    "/v1/events": RequestKind.CHAT,
+    "/v1/completions": RequestKind.COMPLETIONS,
+    "/v1/embeddings": RequestKind.EMBEDDINGS,
+}
+# The handlers of the routes that relay an answer.
+RELAYED = {
+    "/v1/chat/completions": handle_chat,
+    "/v1/events": handle_events,
+    "/v1/completions": handle_completions,
+    "/v1/embeddings": handle_embeddings,
+}
 
 
 def new_request_id() -> str:
@@ -178,8 +198,8 @@ class GatewayApp:
             key = http_key(scope, self.keys) if path in KEYED_PATHS else None
             drop = partial(self.connections.abort, scope.get("client"))
             client = self._client_socket(scope)
-            if path in ("/v1/chat/completions", "/v1/events"):
-                handle = handle_chat if path == "/v1/chat/completions" else handle_events
+            handle = RELAYED.get(path)
+            if handle is not None:
                 await handle(
                     self.router,
                     self.config.server,
@@ -251,7 +271,8 @@ class GatewayApp:
     ) -> None:
         """A metered request that ended before the relay (which records the others), under the
         alias its body named once that was read (chat.read_chat_request)."""
-        if scope["path"].rstrip("/") not in METERED_ROUTES:
+        kind = METERED_ROUTES.get(scope["path"].rstrip("/"))
+        if kind is None:
             return
         context = current_request()
         record = refused_record(
@@ -262,6 +283,7 @@ class GatewayApp:
             started_at=started_wall,
             duration_s=trio.current_time() - started,
             cancelled=cancelled,
+            endpoint=kind.value,
         )
         self.router.usage.offer(record)
         count_refused(self.router, record)

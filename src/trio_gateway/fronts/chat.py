@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 import trio
 
 from trio_gateway.config.schema import ServerConfig
 from trio_gateway.core.errors import GatewayError, InternalError
+from trio_gateway.core.events import Event
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.request import (
     ChatRequest,
@@ -114,11 +116,42 @@ def read_chat_request(router: Router, raw: bytes, key: ApiKey | None) -> ChatReq
     """The body as a request the key may make. The alias it names goes into the request's
     context as soon as the body is JSON: a refusal after that (validation, the key, routing,
     limits) is recorded under it (docs/accounting.md, "The record")."""
+    return read_request(
+        router, raw, key, lambda body, raw: validate_chat_body(body, depth_known=within_depth(raw))
+    )
+
+
+def read_request(
+    router: Router,
+    raw: bytes,
+    key: ApiKey | None,
+    validate: Callable[[object, bytes], ChatRequest],
+) -> ChatRequest:
+    """:func:`read_chat_request` for any endpoint, with its own validation of the decoded body."""
     body = read_chat_json(raw)
     context = current_request()
     if context is not None:
         context.alias = known_alias(router, body)
-    return authorize(validate_chat_body(body, depth_known=within_depth(raw)), key)
+    return authorize(validate(body, raw), key)
+
+
+class Accumulator(Protocol):
+    """Events → one JSON answer (``openai_chunks.ResponseAccumulator`` and its kin)."""
+
+    @property
+    def finish_reason(self) -> str | None:
+        """Set once the answer is whole."""
+        ...
+
+    def add(self, event: Event) -> None: ...
+
+    def result(self) -> dict[str, Any]: ...
+
+
+class Encoder(Protocol):
+    """Events → the SSE bytes of a streamed answer (``openai_chunks.ChunkEncoder`` and kin)."""
+
+    def encode(self, event: Event) -> bytes: ...
 
 
 class WholeAnswer:
@@ -126,7 +159,7 @@ class WholeAnswer:
     (or the error that came instead)."""
 
     def __init__(
-        self, send: Send, accumulator: ResponseAccumulator, headers: list[tuple[bytes, bytes]]
+        self, send: Send, accumulator: Accumulator, headers: list[tuple[bytes, bytes]]
     ) -> None:
         self._send = send
         self._accumulator = accumulator
@@ -167,24 +200,63 @@ async def handle_chat(
     raw = await read_body(receive, server.max_body_bytes)
     request = with_session(read_chat_request(router, raw, key), session_id)
     del raw
+
+    def stream(completion_id: str, created: int) -> Encoder:
+        return ChunkEncoder(
+            completion_id=completion_id,
+            created=created,
+            model=request.alias,
+            include_usage=request.include_usage,
+        )
+
+    def whole(completion_id: str, created: int) -> Accumulator:
+        return ResponseAccumulator(
+            completion_id=completion_id, created=created, model=request.alias
+        )
+
+    answer = Answer(id_prefix="chatcmpl", whole=whole, stream=stream)
+    return await serve_request(
+        router, server, request, answer, request_id, receive, send, drop_connection, key, client
+    )
+
+
+@attrs.frozen
+class Answer:
+    """How a front writes its answers: the id's prefix, a streamed answer's encoder, a whole
+    answer's accumulator (each made from the answer's id and creation time)."""
+
+    id_prefix: str
+    whole: Callable[[str, int], Accumulator]
+    stream: Callable[[str, int], Encoder] | None = None  # None: the endpoint never streams
+
+
+async def serve_request(
+    router: Router,
+    server: ServerConfig,
+    request: ChatRequest,
+    answer: Answer,
+    request_id: str,
+    receive: Receive,
+    send: Send,
+    drop_connection: DropConnection | None,
+    key: ApiKey | None,
+    client: ClientSocket | None,
+) -> Outcome:
+    """A validated request of any kind (chat, completions, embeddings), routed, admitted and
+    relayed: one path for all, so each has the same gates, budgets, records and cancellation."""
     plan = router.plan(request)
     admission = await router.limits.admit(
-        key, request.body, tuple(u.config for u in plan.upstreams)
+        key, request.body, tuple(u.config for u in plan.upstreams), request.kind
     )
-    completion_id = f"chatcmpl-{request_id}"
+    completion_id = f"{answer.id_prefix}-{request_id}"
     created = int(time.time())
     extra_headers = [(b"x-request-id", request_id.encode())]
     if admission is not None:
         extra_headers += admission.headers
 
     sink: SSEAnswer | WholeAnswer
-    if request.stream:
-        encoder = ChunkEncoder(
-            completion_id=completion_id,
-            created=created,
-            model=request.alias,
-            include_usage=request.include_usage,
-        )
+    if request.stream and answer.stream is not None:
+        encoder = answer.stream(completion_id, created)
 
         def render(item: Item) -> bytes:
             if isinstance(item, GatewayError):
@@ -202,11 +274,7 @@ async def handle_chat(
             drop=drop_connection,
         )
     else:
-        sink = WholeAnswer(
-            send,
-            ResponseAccumulator(completion_id=completion_id, created=created, model=request.alias),
-            extra_headers,
-        )
+        sink = WholeAnswer(send, answer.whole(completion_id, created), extra_headers)
         answered = sink.answered
 
     watchers, hang_up = client_watch(receive, client, answered)

@@ -30,8 +30,9 @@ from typing import Protocol
 import attrs
 
 from trio_gateway.config.schema import ProviderConfig
-from trio_gateway.core.errors import GatewayError
+from trio_gateway.core.errors import GatewayError, UnsupportedEndpoint
 from trio_gateway.core.events import Event
+from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.sse import SSEEvent
 from trio_gateway.core.usage import PartialUsage
@@ -48,6 +49,11 @@ class UpstreamCall:
     # ``parallel_tool_calls: false``): the shell ends the answer, and the upstream, at the first
     # complete call (``toolcall_stop.py``).
     first_tool_call_only: bool = False
+    # How the answer is read when it is not a chat completion (``/v1/completions``,
+    # ``/v1/embeddings``): None reads it with the dialect itself.
+    reader: AnswerReader | None = None
+    # The largest whole (JSON) answer taken; None: the shell's own bound.
+    max_whole_bytes: int | None = None
 
 
 class StreamParser(Protocol):
@@ -71,10 +77,23 @@ class StreamParser(Protocol):
         ...
 
 
+class AnswerReader(Protocol):
+    """How one kind of answer is read: its stream, its whole body, its refusals."""
+
+    def new_parser(self, provider: str) -> StreamParser: ...
+
+    def parse_whole(self, provider: str, body: bytes) -> list[Event]: ...
+
+    def classify_error(
+        self, provider: str, status: int, body: bytes, headers: Mapping[str, str]
+    ) -> GatewayError: ...
+
+
 class Dialect(Protocol):
     def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
-        """The streaming request for ``request``; raises ``RequestError`` for what the vendor
-        cannot express (the gateway's validation has already run)."""
+        """The upstream request for ``request`` (streaming, where its kind streams); raises
+        ``RequestError`` for what the vendor cannot express (the gateway's validation has
+        already run), ``UnsupportedEndpoint`` for a kind it does not serve."""
         ...
 
     def new_parser(self, provider: str) -> StreamParser: ...
@@ -92,3 +111,12 @@ class Dialect(Protocol):
     def auth_headers(self, credential: str) -> dict[str, str]:
         """The headers that carry ``credential`` (an API key, or an OAuth2 access token)."""
         ...
+
+
+def chat_only(request: ChatRequest, vendor: str) -> None:
+    """For a dialect that speaks chat alone: refuse any other kind before anything is sent
+    (routing keeps such requests away already; this is the second line)."""
+    if request.kind is not RequestKind.CHAT:
+        raise UnsupportedEndpoint(
+            f"{vendor} providers do not serve {request.kind.path}", param="model"
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trio_gateway.core.kind import RequestKind
 from trio_gateway.providers.anthropic.dialect import AnthropicDialect
 from trio_gateway.providers.dialect import Dialect
 from trio_gateway.providers.gemini.dialect import GeminiDialect, VertexDialect
@@ -19,3 +20,18 @@ def dialect_for(provider_type: str) -> Dialect:
         "vertex": VertexDialect(),
     }
     return dialects[provider_type]
+
+
+# The provider types that serve each endpoint; chat is served by every type.
+_OPENAI_WIRE = frozenset({"openai_compatible", "openai"})
+ENDPOINT_TYPES: dict[RequestKind, frozenset[str]] = {
+    RequestKind.COMPLETIONS: _OPENAI_WIRE,
+    RequestKind.EMBEDDINGS: _OPENAI_WIRE,
+}
+
+
+def serves(provider_type: str, kind: RequestKind) -> bool:
+    """Whether a provider of ``provider_type`` can be asked a request of ``kind`` at all (its
+    model may still not serve it: that is the vendor's 404, ``unsupported_endpoint``)."""
+    types = ENDPOINT_TYPES.get(kind)
+    return types is None or provider_type in types

@@ -23,12 +23,13 @@ from trio_gateway.capacity.gate import GateStats, LocalGate, SharedGate
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.core.events import Event
+from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.sse import SSEDecodeError, SSEDecoder
 from trio_gateway.core.usage import UsageMeter
 from trio_gateway.http1.client import H1Pool, H1Response, Origin
 from trio_gateway.ops.access import current as current_request
-from trio_gateway.providers.dialect import Dialect, StreamParser
+from trio_gateway.providers.dialect import AnswerReader, Dialect, StreamParser
 from trio_gateway.providers.gemini.vertex_auth import TokenSource
 from trio_gateway.providers.httpx_errors import read_limited
 from trio_gateway.providers.openai_compatible.signals import (
@@ -49,7 +50,6 @@ Emit = Callable[[list[Event]], Awaitable[None]]
 MAX_ERROR_BODY_BYTES = 64 * 1024
 # A whole (non-streamed) answer from a server that ignored "stream": bounded like everything.
 MAX_WHOLE_BODY_BYTES = 16 * 1024 * 1024
-_WHOLE_READ_BYTES = MAX_WHOLE_BODY_BYTES + 1  # one byte past the bound shows a body over it
 AFTER_DONE_GRACE_S = 1.0
 # vLLM's /metrics is some 100 KiB with its histograms; a server that sends far more is cut.
 MAX_METRICS_BYTES = 4 * 1024 * 1024
@@ -101,14 +101,7 @@ class Upstream:
             write_timeout_s=config.connect_timeout_s,
             connect=connect,
         )
-        self._probe_request = ChatRequest(
-            alias="(probe)",
-            body={"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
-            stream=False,
-            include_usage=False,
-            reasoning=False,
-            required=frozenset(),
-        )
+        self._probe_request = probe_request(config)
 
     @staticmethod
     def make_client(config: ProviderConfig) -> httpx.AsyncClient:
@@ -235,6 +228,9 @@ class Upstream:
                     provider=self.name,
                 )
             first_tool_call_only = call.first_tool_call_only
+            # A completion's or an embeddings' answer is read by its own reader.
+            reader: AnswerReader = call.reader or self.dialect
+            max_whole_bytes = call.max_whole_bytes or MAX_WHOLE_BODY_BYTES
             del headers, call  # sent: not held through the answer (its body is the prompt)
             if context is not None:
                 context.abort_upstream = response.abort
@@ -243,14 +239,16 @@ class Upstream:
                     error_body = b""
                     with trio.move_on_after(config.idle_timeout_s):
                         error_body = await response.read_limited(MAX_ERROR_BODY_BYTES)
-                    raise self.dialect.classify_error(
+                    raise reader.classify_error(
                         self.name, response.status_code, error_body, response.headers
                     )
                 content_type = response.head.get("content-type") or ""
                 if content_type.startswith("application/json"):
-                    await self._whole(response, emit, first_deadline)
+                    await self._whole(response, emit, first_deadline, reader, max_whole_bytes)
                 else:
-                    await self._relay(response, emit, first_deadline, meter, first_tool_call_only)
+                    await self._relay(
+                        response, emit, first_deadline, meter, first_tool_call_only, reader
+                    )
             finally:
                 if context is not None:
                     context.abort_upstream = None
@@ -261,22 +259,31 @@ class Upstream:
             exc.args = (exc.message,)
             raise
 
-    async def _whole(self, response: H1Response, emit: Emit, first_deadline: float) -> None:
-        """A server that answered the stream request with one JSON body."""
+    async def _whole(
+        self,
+        response: H1Response,
+        emit: Emit,
+        first_deadline: float,
+        reader: AnswerReader,
+        max_bytes: int = MAX_WHOLE_BODY_BYTES,
+    ) -> None:
+        """One JSON body: an embeddings answer, or a server that answered a stream request
+        without streaming."""
         try:
             with trio.fail_at(first_deadline):
-                body = await response.read_limited(_WHOLE_READ_BYTES)
+                # One byte past the bound shows a body over it.
+                body = await response.read_limited(max_bytes + 1)
         except trio.TooSlowError:
             raise UpstreamTimeout(
                 f"{self.name}: no whole answer within {self.config.first_token_timeout_s:g} s",
                 provider=self.name,
             ) from None
-        if len(body) > MAX_WHOLE_BODY_BYTES:
+        if len(body) > max_bytes:
             raise UpstreamProtocolError(
-                f"{self.name}: a whole answer larger than {MAX_WHOLE_BODY_BYTES} bytes",
+                f"{self.name}: a whole answer larger than {max_bytes} bytes",
                 provider=self.name,
             )
-        events = self.dialect.parse_whole(self.name, body)
+        events = reader.parse_whole(self.name, body)
         if events:
             await emit(events)
 
@@ -287,11 +294,12 @@ class Upstream:
         first_deadline: float,
         meter: UsageMeter | None,
         first_tool_call_only: bool,
+        reader: AnswerReader,
     ) -> None:
         # One coroutine from here to the reads, not two: each of thousands of streams holds
         # every frame of its chain for as long as it runs.
         config = self.config
-        parser: StreamParser = self.dialect.new_parser(self.name)
+        parser: StreamParser = reader.new_parser(self.name)
         if first_tool_call_only:
             parser = FirstToolCallOnly(parser)
         decoder = SSEDecoder()
@@ -420,6 +428,26 @@ class Upstream:
                 events += parser.feed(sse)
                 if parser.done:
                     return
+
+
+def probe_request(config: ProviderConfig) -> ChatRequest:
+    """A provider's probe: one generated token, thinking off (or one embedding), of the kind
+    ``probe_endpoint`` names."""
+    kind = RequestKind(config.probe_endpoint)
+    body: dict[str, object] = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
+    if kind is RequestKind.COMPLETIONS:
+        body = {"prompt": "ping", "max_tokens": 1}
+    elif kind is RequestKind.EMBEDDINGS:
+        body = {"input": "ping"}
+    return ChatRequest(
+        alias="(probe)",
+        body=body,
+        stream=False,
+        include_usage=False,
+        reasoning=False,
+        required=frozenset(),
+        kind=kind,
+    )
 
 
 def _scrub(message: str, secret: str | None) -> str:

@@ -18,6 +18,7 @@ import trio
 
 from . import errors, openai_wire
 from .app_anthropic import AnthropicHandler
+from .app_endpoints import EndpointsHandler
 from .app_gemini import GeminiHandler
 from .engine import SimEngine
 from .errors import ApiError
@@ -80,7 +81,14 @@ class SimApp:
         self._gemini: GeminiHandler | None = None
         dialect = self._config.dialect
         if dialect in ("vllm", "openai"):
-            self._routes["/v1/chat/completions"] = ("POST", self._chat)
+            endpoints = EndpointsHandler(self._shell, self._fingerprint)
+            # vLLM registers the routes of what its model does: generate, or embed (pooling).
+            pooling = dialect == "vllm" and self._config.runner == "pooling"
+            if not pooling:
+                self._routes["/v1/chat/completions"] = ("POST", self._chat)
+                self._routes["/v1/completions"] = ("POST", endpoints.completions)
+            if pooling or dialect == "openai":
+                self._routes["/v1/embeddings"] = ("POST", endpoints.embeddings)
             self._routes["/v1/models"] = ("GET", self._models)
         elif dialect == "anthropic":
             self._anthropic = AnthropicHandler(self._shell)

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import trio
 
-from .config import DIALECTS, SimConfig
+from .config import DIALECTS, RUNNERS, SimConfig
 from .server import serve_sim
 
 __all__ = ["build_parser", "parse_args", "sim_main"]
@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
             )
         elif field.name == "dialect":
             parser.add_argument(_flag(field.name), choices=DIALECTS, help=help_text, **common)
+        elif field.name == "runner":
+            parser.add_argument(_flag(field.name), choices=RUNNERS, help=help_text, **common)
         elif isinstance(default, int | float):
             parser.add_argument(_flag(field.name), type=type(default), help=help_text, **common)
         else:

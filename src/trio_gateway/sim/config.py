@@ -10,10 +10,11 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-__all__ = ["DIALECTS", "SimConfig"]
+__all__ = ["DIALECTS", "RUNNERS", "SimConfig"]
 
 # The wire the simulator speaks; the scripted model and the engine are the same for all.
 DIALECTS = ("vllm", "openai", "anthropic", "gemini")
+RUNNERS = ("generate", "pooling")
 
 _positive_int = [v.instance_of(int), v.ge(1)]
 _non_negative_int = [v.instance_of(int), v.ge(0)]
@@ -90,3 +91,9 @@ class SimConfig:
     vertex_require_token: bool = attrs.field(default=False, validator=v.instance_of(bool))
     # Hypercorn's access log (one line per request) is noise in tests and benchmarks.
     access_log: bool = attrs.field(default=False, validator=v.instance_of(bool))
+    # vllm: `vllm serve --runner pooling --convert embed`: the model embeds (/v1/embeddings)
+    # and no longer generates (chat and completions are 404, as are embeddings under
+    # "generate"). The openai dialect serves every endpoint whatever this says.
+    runner: str = attrs.field(default="generate", validator=v.in_(RUNNERS))
+    # The length of an embedding (the model's hidden size; the tiny Qwen3's is 128).
+    embedding_dimensions: int = attrs.field(default=128, validator=_positive_int)

@@ -10,7 +10,7 @@ vLLM does. The dialects differ only in the pure renderers they hand to `Shell.st
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import Any, Protocol, TypeAlias
@@ -165,20 +165,29 @@ class Shell:
         await send_error(send, error)
 
     async def _watch(
-        self, receive: Receive, seq: SimSequence, watch: _Watch, scope: trio.CancelScope
+        self,
+        receive: Receive,
+        seqs: Sequence[SimSequence],
+        watch: _Watch,
+        scope: trio.CancelScope,
     ) -> None:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 if not watch.client_left:  # the hang-up watch may have been first
                     watch.client_left = True
-                    seq.mark_client_left()
+                    for seq in seqs:
+                        seq.mark_client_left()
                     if self.config.abort_on_disconnect:
                         scope.cancel()
                 return
 
     def _watch_hang_up(
-        self, scope: Scope, seq: SimSequence, watch: _Watch, cancel: trio.CancelScope
+        self,
+        scope: Scope,
+        seqs: Sequence[SimSequence],
+        watch: _Watch,
+        cancel: trio.CancelScope,
     ) -> Callable[[], None] | None:
         """Where the server keeps a hang-up watch (``http1.hang_ups.HangUps``), the client's leaving
         is acted on at once, from whichever task looks: the watcher task would run only after a
@@ -192,7 +201,8 @@ class Shell:
         def gone() -> None:
             if not watch.client_left and not watch.done:
                 watch.client_left = True
-                seq.mark_client_left()
+                for seq in seqs:
+                    seq.mark_client_left()
                 if self.config.abort_on_disconnect:
                     cancel.cancel()
 
@@ -217,35 +227,40 @@ class Shell:
         renderer: Renderer,
         headers: list[tuple[bytes, bytes]],
     ) -> None:
+        await self.stream_parts(scope, receive, send, [(seq, generation, renderer)], headers)
+
+    async def stream_parts(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        parts: Sequence[tuple[SimSequence, Generation, Renderer]],
+        headers: list[tuple[bytes, bytes]],
+        tail: Callable[[], list[bytes]] | None = None,
+    ) -> None:
+        """Stream the sequences of one answer (a completion of several prompts has one each)
+        one after the other, then ``tail``'s events; the engine runs them all at once."""
         # Headers go out at once, as vLLM and the clouds do: a 200 says nothing about the
         # queue behind it.
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         watch = _Watch()
         complete = False
-        stop_after = generation.stop_after
         unwatch: Callable[[], None] | None = None
+        seqs = [seq for seq, _, _ in parts]
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch, receive, seq, watch, nursery.cancel_scope)
-                unwatch = self._watch_hang_up(scope, seq, watch, nursery.cancel_scope)
-                sent = 0
-                while sent != stop_after:
-                    index = await seq.next_token()
-                    if index is None:
-                        complete = True
+                nursery.start_soon(self._watch, receive, seqs, watch, nursery.cancel_scope)
+                unwatch = self._watch_hang_up(scope, seqs, watch, nursery.cancel_scope)
+                ended = "whole"
+                for seq, generation, renderer in parts:
+                    ended = await self._stream_one(send, seq, generation, renderer, watch)
+                    if ended != "whole":
                         break
-                    if not watch.client_left:
-                        for event in renderer.token(index, seq.cached_tokens):
-                            await self._send_event(send, event, generation.split_utf8)
-                    sent = index + 1
-                fault = generation.stream_fault
-                if not complete and fault is not None and sent == generation.fault_after:
-                    await trio.sleep(generation.fault_delay_s)
-                    if not watch.client_left:
-                        self.engine.note_error()
-                        for event in renderer.stream_error(fault):
-                            await self._send_event(send, event, False)
-                        complete = True
+                # An in-stream error ends the body properly, with its own last events.
+                complete = ended != "cut"
+                if ended == "whole" and tail is not None and not watch.client_left:
+                    for event in tail():
+                        await self._send_event(send, event, False)
                 # Stop watching before the final send: hypercorn reports the normal end of the
                 # response as an `http.disconnect` too.
                 watch.done = True
@@ -258,6 +273,38 @@ class Shell:
         # Otherwise return with the body unfinished: hypercorn closes the connection, which
         # is exactly what a scripted `drop` wants the client to see.
 
+    async def _stream_one(
+        self,
+        send: Send,
+        seq: SimSequence,
+        generation: Generation,
+        renderer: Renderer,
+        watch: _Watch,
+    ) -> str:
+        """One sequence's events; how it ended: "whole", "failed" (a scripted in-stream error,
+        sent) or "cut" (by the script: the body ends without a proper end)."""
+        complete = False
+        stop_after = generation.stop_after
+        sent = 0
+        while sent != stop_after:
+            index = await seq.next_token()
+            if index is None:
+                complete = True
+                break
+            if not watch.client_left:
+                for event in renderer.token(index, seq.cached_tokens):
+                    await self._send_event(send, event, generation.split_utf8)
+            sent = index + 1
+        fault = generation.stream_fault
+        if not complete and fault is not None and sent == generation.fault_after:
+            await trio.sleep(generation.fault_delay_s)
+            if not watch.client_left:
+                self.engine.note_error()
+                for event in renderer.stream_error(fault):
+                    await self._send_event(send, event, False)
+            return "failed"
+        return "whole" if complete else "cut"
+
     async def generate(
         self, scope: Scope, receive: Receive, seq: SimSequence, generation: Generation
     ) -> int | None:
@@ -269,8 +316,8 @@ class Shell:
         unwatch: Callable[[], None] | None = None
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watch, receive, seq, watch, nursery.cancel_scope)
-                unwatch = self._watch_hang_up(scope, seq, watch, nursery.cancel_scope)
+                nursery.start_soon(self._watch, receive, [seq], watch, nursery.cancel_scope)
+                unwatch = self._watch_hang_up(scope, [seq], watch, nursery.cancel_scope)
                 while produced != stop_after:
                     index = await seq.next_token()
                     if index is None:

@@ -23,6 +23,7 @@ __all__ = [
     "PromptInfo",
     "count_prompt",
     "is_attached",
+    "prompt_info",
     "split_text",
     "stable_seed",
     "vocabulary_tokens",
@@ -166,13 +167,18 @@ def count_prompt(
     pieces.extend(_PROMPT_END)
     if not thinking:
         pieces.extend(_NO_THINK)
+    return prompt_info(pieces)
+
+
+def prompt_info(pieces: Sequence[object]) -> PromptInfo:
+    """A prompt of these tokens (texts, or token ids): its length and its blocks' hashes."""
     # vLLM never serves the last prompt token from cache (it must compute one position), so
     # only blocks made of the first len-1 tokens can hit.
     hashes: list[int] = []
     previous = b""
     full_blocks = (len(pieces) - 1) // BLOCK_TOKENS
     for block in range(full_blocks):
-        chunk = "\x00".join(pieces[block * BLOCK_TOKENS : (block + 1) * BLOCK_TOKENS])
+        chunk = "\x00".join(map(str, pieces[block * BLOCK_TOKENS : (block + 1) * BLOCK_TOKENS]))
         previous = hashlib.blake2b(previous + chunk.encode(), digest_size=8).digest()
         hashes.append(int.from_bytes(previous, "big"))
     return PromptInfo(tokens=len(pieces), block_hashes=tuple(hashes))

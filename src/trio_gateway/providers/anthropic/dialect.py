@@ -51,7 +51,7 @@ from trio_gateway.providers.anthropic.request import (
     REFUSED_FIELDS,
     build_body,
 )
-from trio_gateway.providers.dialect import UpstreamCall
+from trio_gateway.providers.dialect import UpstreamCall, chat_only
 from trio_gateway.providers.errors import MAX_MESSAGE_CHARS, is_context_length, parse_retry_after
 from trio_gateway.providers.translate import redact_credentials
 
@@ -533,6 +533,7 @@ class AnthropicDialect:
     """Anthropic's Messages API (``providers/dialect.py``'s protocol)."""
 
     def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
+        chat_only(request, "Anthropic")
         body = build_body(request, provider)
         return UpstreamCall(
             url=provider.endpoint + "/v1/messages",

@@ -38,7 +38,7 @@ from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.sse import SSEEvent, json_data
 from trio_gateway.core.toolcalls import ToolCallAssembler
 from trio_gateway.core.usage import PartialUsage, estimate_tokens
-from trio_gateway.providers.dialect import UpstreamCall
+from trio_gateway.providers.dialect import UpstreamCall, chat_only
 from trio_gateway.providers.gemini.errors import (
     classify_error,
     classify_stream_error,
@@ -327,6 +327,7 @@ class GeminiDialect:
         return provider.endpoint + f"/v1beta/models/{model}:streamGenerateContent?alt=sse"
 
     def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
+        chat_only(request, "Gemini and Vertex AI")
         body = build_body(request, provider)
         return UpstreamCall(
             url=self.url(provider),

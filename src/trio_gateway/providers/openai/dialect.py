@@ -16,10 +16,16 @@ from typing import Any
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import GatewayError, QuotaExhausted
+from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.providers.dialect import UpstreamCall
 from trio_gateway.providers.errors import error_message_and_param
-from trio_gateway.providers.openai_compatible.dialect import OpenAICompatibleDialect
+from trio_gateway.providers.openai_compatible.dialect import (
+    CALL_HEADERS,
+    JSON_CALL_HEADERS,
+    OpenAICompatibleDialect,
+)
+from trio_gateway.providers.openai_compatible.endpoints import MAX_EMBEDDINGS_BYTES, KindReader
 
 # Chat Completions request fields as OpenAI documents them; anything else is not sent.
 OPENAI_FIELDS = frozenset(
@@ -57,6 +63,15 @@ OPENAI_FIELDS = frozenset(
         "web_search_options",
     }
 )
+# The legacy Completions and the Embeddings request fields as OpenAI documents them.
+OPENAI_COMPLETIONS_FIELDS = frozenset(
+    {
+        "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs",
+        "max_tokens", "n", "presence_penalty", "seed", "stop", "suffix", "temperature",
+        "top_p", "user",
+    }
+)  # fmt: skip
+OPENAI_EMBEDDINGS_FIELDS = frozenset({"input", "dimensions", "encoding_format", "user"})
 # What "reasoning: false" asks of a reasoning model: the least thinking every one of them takes.
 REASONING_OFF_EFFORT = "minimal"
 
@@ -80,12 +95,42 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
     return body
 
 
+def _only(request: ChatRequest, provider: ProviderConfig, fields: frozenset[str]) -> dict[str, Any]:
+    strip = frozenset(provider.strip_fields)
+    body = {k: v for k, v in request.body.items() if k in fields and k not in strip}
+    body["model"] = provider.model
+    return body
+
+
 class OpenAIDialect(OpenAICompatibleDialect):
-    def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
+    def build_chat_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
         return UpstreamCall(
             url=provider.endpoint + "/chat/completions",
             body=json.dumps(build_body(request, provider), ensure_ascii=False).encode(),
             headers={"content-type": "application/json", "accept": "text/event-stream"},
+        )
+
+    def build_completions_call(
+        self, request: ChatRequest, provider: ProviderConfig
+    ) -> UpstreamCall:
+        body = _only(request, provider, OPENAI_COMPLETIONS_FIELDS)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        return UpstreamCall(
+            url=provider.endpoint + "/completions",
+            body=json.dumps(body, ensure_ascii=False).encode(),
+            headers=CALL_HEADERS,
+            reader=KindReader(RequestKind.COMPLETIONS, self.classify_error),
+        )
+
+    def build_embeddings_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
+        body = _only(request, provider, OPENAI_EMBEDDINGS_FIELDS)
+        return UpstreamCall(
+            url=provider.endpoint + "/embeddings",
+            body=json.dumps(body, ensure_ascii=False).encode(),
+            headers=JSON_CALL_HEADERS,
+            reader=KindReader(RequestKind.EMBEDDINGS, self.classify_error),
+            max_whole_bytes=MAX_EMBEDDINGS_BYTES,
         )
 
     def classify_error(

@@ -24,12 +24,15 @@ from trio_gateway.core.events import (
     ToolCallDelta,
     Usage,
 )
+from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.request import GATEWAY_FIELDS, ChatRequest
 from trio_gateway.core.sse import SSEEvent, json_data
 from trio_gateway.core.toolcalls import ToolCallAssembler
 from trio_gateway.core.usage import PartialUsage
 from trio_gateway.providers.dialect import UpstreamCall
 from trio_gateway.providers.errors import classify_inband, classify_status
+from trio_gateway.providers.openai_compatible.endpoints import MAX_EMBEDDINGS_BYTES, KindReader
+from trio_gateway.providers.openai_compatible.usage import parse_usage
 
 # Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
 IGNORED_FIELDS = frozenset({"store", "metadata", "user"})
@@ -41,6 +44,9 @@ TRANSLATED_FIELDS = frozenset({"reasoning_effort", "stream_options", "stream"}) 
 DROPPED_FIELDS = IGNORED_FIELDS | TRANSLATED_FIELDS
 CALL_HEADERS: Mapping[str, str] = MappingProxyType(
     {"content-type": "application/json", "accept": "text/event-stream"}
+)
+JSON_CALL_HEADERS: Mapping[str, str] = MappingProxyType(
+    {"content-type": "application/json", "accept": "application/json"}
 )
 # json.dumps with an argument builds a new encoder per call; this one is built once (it keeps
 # no state between calls), with json.dumps's defaults otherwise.
@@ -63,21 +69,6 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
         merged["enable_thinking"] = request.reasoning
         body["chat_template_kwargs"] = merged
     return body
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if type(value) is int else None
-
-
-def parse_usage(usage: dict[str, Any]) -> Usage:
-    completion_details = usage.get("completion_tokens_details") or {}
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    return Usage(
-        prompt_tokens=_int_or_none(usage.get("prompt_tokens")) or 0,
-        completion_tokens=_int_or_none(usage.get("completion_tokens")) or 0,
-        reasoning_tokens=_int_or_none(completion_details.get("reasoning_tokens")),
-        cached_tokens=_int_or_none(prompt_details.get("cached_tokens")),
-    )
 
 
 class ChunkParser:
@@ -274,16 +265,61 @@ def parse_completion(provider: str, body: bytes) -> list[Event]:
     return events + parser.feed_data(b"[DONE]")
 
 
+def build_completions_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
+    """A ``/v1/completions`` body: streamed with usage, as a chat body is."""
+    strip = provider.strip_fields
+    body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
+    body["model"] = provider.model
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    return body
+
+
+def build_embeddings_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
+    """A ``/v1/embeddings`` body: the client's, for the provider's model (nothing streams)."""
+    strip = provider.strip_fields
+    body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
+    body["model"] = provider.model
+    return body
+
+
 class OpenAICompatibleDialect:
-    """vLLM and the servers that speak its dialect: the request passes through nearly as is."""
+    """vLLM and the servers that speak its dialect: the request passes through nearly as is.
+    One method per kind of request; the other kinds' answers are read by a ``KindReader``."""
 
     def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
+        if request.kind is RequestKind.COMPLETIONS:
+            return self.build_completions_call(request, provider)
+        if request.kind is RequestKind.EMBEDDINGS:
+            return self.build_embeddings_call(request, provider)
+        return self.build_chat_call(request, provider)
+
+    def build_chat_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
         return UpstreamCall(
             url=provider.endpoint + "/chat/completions",
             body=_ENCODER.encode(build_body(request, provider)).encode(),
             headers=CALL_HEADERS,
             # vLLM honours the flag only in what it returns, not in what it generates.
             first_tool_call_only=request.body.get("parallel_tool_calls") is False,
+        )
+
+    def build_completions_call(
+        self, request: ChatRequest, provider: ProviderConfig
+    ) -> UpstreamCall:
+        return UpstreamCall(
+            url=provider.endpoint + "/completions",
+            body=_ENCODER.encode(build_completions_body(request, provider)).encode(),
+            headers=CALL_HEADERS,
+            reader=KindReader(RequestKind.COMPLETIONS, self.classify_error),
+        )
+
+    def build_embeddings_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
+        return UpstreamCall(
+            url=provider.endpoint + "/embeddings",
+            body=_ENCODER.encode(build_embeddings_body(request, provider)).encode(),
+            headers=JSON_CALL_HEADERS,
+            reader=KindReader(RequestKind.EMBEDDINGS, self.classify_error),
+            max_whole_bytes=MAX_EMBEDDINGS_BYTES,
         )
 
     def new_parser(self, provider: str) -> ChunkParser:

@@ -1,0 +1,60 @@
+"""The ledger's endpoint column: written for every record, added to a ledger an older gateway
+wrote, and read as chat from one that was not yet opened by a newer gateway."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from trio_gateway.accounting.ledger import COLUMNS, connect, write_batch
+from trio_gateway.cli.usage import records, table
+from trio_gateway.core.usage import UsageRecord
+
+# The table as the first ledgers had it: no endpoint.
+OLD_SCHEMA = """
+CREATE TABLE usage (
+    id INTEGER PRIMARY KEY, request_id TEXT NOT NULL, key TEXT, alias TEXT, provider TEXT,
+    outcome TEXT NOT NULL, error_code TEXT, prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+    cached_tokens INTEGER NOT NULL, estimated INTEGER NOT NULL, ttft_s REAL,
+    duration_s REAL NOT NULL, started_at REAL NOT NULL
+);
+INSERT INTO usage VALUES (1, 'old', NULL, 'a', 'p', 'completed', NULL, 3, 4, 0, 0, 0, NULL,
+    0.1, 1.0);
+"""
+
+
+def record(request_id: str, endpoint: str) -> UsageRecord:
+    return UsageRecord(
+        request_id=request_id,
+        key=None,
+        alias="a",
+        provider="p",
+        outcome="completed",
+        prompt_tokens=5,
+        started_at=2.0,
+        endpoint=endpoint,
+    )
+
+
+def old_ledger(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.executescript(OLD_SCHEMA)
+    conn.close()
+
+
+def test_an_older_ledger_is_read_as_chat_then_gains_the_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    old_ledger(path)
+    readonly = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    assert [r["endpoint"] for r in records(readonly, None)] == ["chat"]
+    assert [row[0] for row in table(readonly, "endpoint", None)] == ["chat"]
+    readonly.close()
+    conn = connect(str(path))  # the gateway opening it
+    write_batch(conn, [record("new", "embeddings")])
+    conn.close()
+    conn = sqlite3.connect(path)
+    assert [r["endpoint"] for r in records(conn, None)] == ["chat", "embeddings"]
+    assert [row[:2] for row in table(conn, "endpoint", None)] == [("chat", 1), ("embeddings", 1)]
+    assert "endpoint" in COLUMNS
+    conn.close()
