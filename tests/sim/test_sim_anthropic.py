@@ -135,6 +135,12 @@ THINKING = {"type": "enabled", "budget_tokens": 1024}
         ),
         (body(tool_choice={"type": "sometimes"}), 400, "tool_choice"),
         (
+            body(stop_sequences=["END", "\n"]),
+            400,
+            "stop_sequences: each stop sequence must contain non-whitespace",
+        ),
+        (body(stop_sequences=[""]), 400, "stop_sequences: each stop sequence must be non-empty"),
+        (
             body(tools=[{"name": "f", "input_schema": {"type": "object"}, "strict": 1}]),
             400,
             "strict",

@@ -201,6 +201,9 @@ def test_reasoning_off_is_not_said_to_a_model_that_cannot_think() -> None:
         ({"stop": "END"}, {"stop_sequences": ["END"]}),
         ({"stop": ["a", "b"]}, {"stop_sequences": ["a", "b"]}),
         ({"stop": []}, {}),
+        # Anthropic refuses a whitespace-only stop sequence: dropped (docs/providers.md).
+        ({"stop": "\n"}, {}),
+        ({"stop": ["\n", "END", " \t\u3000", "x\n"]}, {"stop_sequences": ["END", "x\n"]}),
         ({"user": "u-42"}, {"metadata": {"user_id": "u-42"}}),
         ({"safety_identifier": "hash-1"}, {"metadata": {"user_id": "hash-1"}}),
         ({"user": "u-42", "safety_identifier": "hash-1"}, {"metadata": {"user_id": "u-42"}}),

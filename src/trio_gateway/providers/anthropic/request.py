@@ -13,7 +13,7 @@ not translated below is never sent. Every OpenAI field, and what Anthropic gets:
 ``temperature``            as is, clamped to 1 (Anthropic's range is 0..1); unset with thinking
 ``top_p``                  as is; raised to 0.95 with thinking (the least Anthropic then takes)
 ``top_k`` (vLLM's)         as is when positive (-1 and 0 are vLLM's "off"); unset with thinking
-``stop``                   ``stop_sequences`` (always a list)
+``stop``                   ``stop_sequences`` (always a list); whitespace-only ones dropped
 ``user``                   ``metadata.user_id``; ``safety_identifier`` when there is no ``user``
 ``tools``                  ``{name, description, input_schema, strict}``
 ``tool_choice``            ``{"type": auto|none|any|tool}``; any/tool become auto with thinking
@@ -322,6 +322,14 @@ def translate_tool_choice(body: Mapping[str, Any], *, thinking: bool) -> Block |
 # --- the body ----------------------------------------------------------------------------------
 
 
+def anthropic_stop_sequences(stop: object) -> list[str]:
+    """OpenAI's ``stop`` as Anthropic takes it. Anthropic refuses a stop sequence with no
+    non-whitespace character (``stop_sequences: each stop sequence must contain
+    non-whitespace``), so those are dropped: ``"\\n"`` (a common "one line only") no longer
+    stops the answer, which is documented, rather than the whole request failing."""
+    return [s for s in stop_sequences(stop) if s.strip()]
+
+
 def requested_max_tokens(body: Mapping[str, Any], provider: ProviderConfig) -> int:
     for key in ("max_completion_tokens", "max_tokens"):
         value = _given(body, key)
@@ -434,7 +442,7 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
     if thinking is not None:
         out["thinking"] = thinking
     _sampling(body, out, thinking=thinking_on)
-    stops = stop_sequences(_given(body, "stop"))
+    stops = anthropic_stop_sequences(_given(body, "stop"))
     if stops:
         out["stop_sequences"] = stops
     user = _given(body, "user") or _given(body, "safety_identifier")
