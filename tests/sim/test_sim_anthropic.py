@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import anthropic
+import attrs
 import httpx
 import pytest
 import trio
@@ -163,6 +164,20 @@ def test_bad_requests_are_refused(request_body: Any, status: int, message: str) 
         "not_found_error" if status == 404 else "invalid_request_error"
     )
     assert message in error.body["error"]["message"]
+
+
+def test_max_tokens_over_the_models_output_cap_is_refused() -> None:
+    """Claude models write far less than their context holds: the cap is its own limit."""
+    capped = attrs.evolve(CONFIG, max_output_tokens=1000)
+    error = parse_messages_request(json.dumps(body()).encode(), capped, version=VERSION)
+    assert isinstance(error, ApiError)
+    assert error.body["error"]["message"] == (
+        f"max_tokens: 2048 > 1000, which is the maximum allowed number of output tokens for {MODEL}"
+    )
+    fits = body(max_tokens=1000)
+    assert not isinstance(
+        parse_messages_request(json.dumps(fits).encode(), capped, version=VERSION), ApiError
+    )
 
 
 def test_version_header_is_required() -> None:

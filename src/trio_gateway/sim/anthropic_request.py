@@ -376,9 +376,10 @@ def _validate(data: Mapping[str, Any], config: SimConfig) -> MessagesRequest | A
     thinking = _check_thinking(data, max_tokens, choice)
     if model != config.served_model_name:
         return anthropic_error(404, "not_found_error", f"model: {model}")
-    if max_tokens > config.max_model_len:
+    output_cap = config.max_output_tokens or config.max_model_len
+    if max_tokens > output_cap:
         raise _Invalid(
-            f"max_tokens: {max_tokens} > {config.max_model_len}, which is the maximum allowed "
+            f"max_tokens: {max_tokens} > {output_cap}, which is the maximum allowed "
             f"number of output tokens for {model}"
         )
     if system:

@@ -45,6 +45,7 @@ from trio_gateway.providers.gemini.errors import (
     retry_delay_s,
 )
 from trio_gateway.providers.gemini.request import DROPPED_FIELDS, REFUSED_FIELDS, build_body
+from trio_gateway.providers.output_caps import held_output_tokens
 from trio_gateway.providers.translate import new_tool_call_id
 
 __all__ = [
@@ -333,6 +334,10 @@ class GeminiDialect:
             body=json.dumps(body, ensure_ascii=False).encode(),
             headers={"content-type": "application/json", "accept": "text/event-stream"},
         )
+
+    def max_output_tokens(self, request: ChatRequest, provider: ProviderConfig) -> int:
+        # maxOutputTokens is the client's limit, thoughts inside it; none: the model's cap.
+        return held_output_tokens(request.body, provider)
 
     def new_parser(self, provider: str) -> GeminiStreamParser:
         return GeminiStreamParser(provider)

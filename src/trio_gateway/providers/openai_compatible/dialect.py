@@ -30,6 +30,7 @@ from trio_gateway.core.toolcalls import ToolCallAssembler
 from trio_gateway.core.usage import PartialUsage
 from trio_gateway.providers.dialect import UpstreamCall
 from trio_gateway.providers.errors import classify_inband, classify_status
+from trio_gateway.providers.output_caps import held_output_tokens
 
 # Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
 IGNORED_FIELDS = frozenset({"store", "metadata", "user"})
@@ -285,6 +286,11 @@ class OpenAICompatibleDialect:
             # vLLM honours the flag only in what it returns, not in what it generates.
             first_tool_call_only=request.body.get("parallel_tool_calls") is False,
         )
+
+    def max_output_tokens(self, request: ChatRequest, provider: ProviderConfig) -> int:
+        # The client's limit goes as is (OpenAI: as max_completion_tokens); without one, the
+        # model's cap (vLLM: the context left, unknown here: see held_output_tokens).
+        return held_output_tokens(request.body, provider)
 
     def new_parser(self, provider: str) -> ChunkParser:
         return ChunkParser(provider)
