@@ -64,6 +64,15 @@ def prices_of(provider: ProviderConfig) -> Prices:
     )
 
 
+@attrs.frozen
+class Reserve:
+    """One provider a request may run on, and the most output tokens the request, translated
+    for that provider's vendor, lets it produce (``Dialect.max_output_tokens``)."""
+
+    provider: ProviderConfig
+    max_output_tokens: int
+
+
 @attrs.frozen(kw_only=True)
 class Admission:
     """A request let in: its hold (to settle) and the headers every answer carries."""
@@ -101,20 +110,28 @@ class Limits:
         return _StoreErrorCollector(self)
 
     async def admit(
-        self, key: ApiKey | None, body: dict[str, object], providers: tuple[ProviderConfig, ...]
+        self, key: ApiKey | None, body: dict[str, object], reserves: tuple[Reserve, ...]
     ) -> Admission | None:
-        """None for a request with nothing to enforce; else its admission, or 402/429/503."""
+        """None for a request with nothing to enforce; else its admission, or 402/429/503.
+
+        ``reserves``: the providers the request may run on (the Router's plan, in order), each
+        with the most output the request sent there may produce."""
         if key is None or (key.rpm is None and key.tpm is None and key.budget is None):
             return None
-        # The provider is not chosen yet: estimate at the alias's highest prices and limits.
-        default_max = max((p.default_max_tokens for p in providers), default=4096)
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         prompt = estimate_prompt_tokens(body.get("messages"))
+        # tpm counts the client's limit (else the alias's default_max_tokens), as OpenAI counts
+        # its own: a rate, charged once at admission, not the worst case a hold must cover.
+        default_max = max((r.provider.default_max_tokens for r in reserves), default=4096)
+        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         tokens = reserve_tokens(
             prompt, max_tokens if isinstance(max_tokens, int) else None, default_max
         )
+        # The provider is not chosen yet: the hold covers the costliest of them, each at its
+        # prices for all the output the request sent there may produce, so that no answer can
+        # cost more than was held.
         hold = max(
-            (reserve_nanos(prices_of(p), prompt, tokens - prompt) for p in providers), default=0
+            (reserve_nanos(prices_of(r.provider), prompt, r.max_output_tokens) for r in reserves),
+            default=0,
         )
         hold_id = secrets.token_hex(8) if key.budget is not None else None
         args = AdmitArgs(
@@ -145,8 +162,8 @@ class Limits:
             raise BudgetExceeded(
                 f"API key {key.name!r} has {result.available / NANOS_PER_UNIT:.6f} of its budget "
                 f"left (after running requests' holds); this request may cost up to "
-                f"{hold / NANOS_PER_UNIT:.6f} (prompt estimate + max_tokens at the alias's "
-                "highest prices): lower max_tokens, or raise the budget",
+                f"{hold / NANOS_PER_UNIT:.6f} (prompt estimate + the most output the alias's "
+                "costliest provider may produce for it): lower max_tokens, or raise the budget",
                 rate_headers=headers,
             )
         return Admission(key=key.name, hold_id=hold_id, headers=headers)

@@ -195,7 +195,8 @@ class KeyLimitError(RequestError):
 
 class BudgetExceeded(KeyLimitError):
     """The key's budget, less what it spent and what its running requests hold, cannot cover
-    this request's estimate (its prompt and max_tokens at the alias's highest prices)."""
+    this request's estimate (its prompt and all the output it may produce, at the costliest of
+    the alias's providers)."""
 
     code = "budget_exceeded"
     status = 402

@@ -144,9 +144,7 @@ async def handle_chat(
     request = with_session(authorize(parse_chat_request(raw), key), session_id)
     del raw
     plan = router.plan(request)
-    admission = await router.limits.admit(
-        key, request.body, tuple(u.config for u in plan.upstreams)
-    )
+    admission = await router.admit(key, request, plan)
     completion_id = f"chatcmpl-{request_id}"
     created = int(time.time())
     extra_headers = [(b"x-request-id", request_id.encode())]
