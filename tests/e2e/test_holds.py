@@ -6,15 +6,28 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import attrs
 import httpx
+import pytest
+import trio
 
-from tests.e2e.harness import FAST_SIM, chat, running_gateway, running_sim, script
+from tests.e2e.harness import (
+    FAST_SIM,
+    chat,
+    provider_toml,
+    running_gateway,
+    running_sim,
+    script,
+    wait_until,
+)
 from tests.e2e.test_cloud_providers import KEYS
 from tests.e2e.test_limits import write_keys
-from trio_gateway.config.load import parse_config
+from tests.e2e.test_usage_ledger import PAUSE_AFTER_K, K
+from trio_gateway.accounting.limit_store import MemoryStore
+from trio_gateway.config.load import load_config, parse_config
 from trio_gateway.core.usage import estimate_prompt_tokens
 from trio_gateway.process.serve import GatewayHandle
 from trio_gateway.sim import SimHandle
@@ -82,3 +95,52 @@ async def test_a_hold_covers_what_the_vendor_may_produce_without_a_limit(tmp_pat
         assert f"has {10.0 - hold_of(first, 8192):.6f} of its budget left" in message
         assert f"may cost up to {hold_of(second, 8192):.6f}" in message
         assert small.status_code == 200, small.text
+
+
+@pytest.mark.parametrize("change", ["prices", "removed"])
+async def test_a_reload_mid_stream_settles_at_the_prices_it_was_admitted_with(
+    tmp_path: Path, change: str
+) -> None:
+    """A reload that changes the provider's prices (x10), or removes it, while a stream runs
+    on it: the request is settled at the prices it was admitted with. (It was settled at the
+    new prices, or at nothing for a removed provider, looked up in the new router.) The client
+    leaves after K chunks, so it is billed exactly the prompt and the K tokens vLLM made."""
+    keys_file, key = write_keys(tmp_path, "budget = 1000.0")
+    path = tmp_path / "gateway.toml"
+    head = f'[server]\nlisten = "127.0.0.1:0"\n[auth]\nkeys_file = "{keys_file}"\n'
+    head += '[usage]\nledger = "none"\n[aliases.agent-lite]\n'
+    async with running_sim() as blue, running_sim() as green:
+        path.write_text(head + provider_toml("blue", blue.base_url, extra=PRICES))
+        after = {
+            "prices": provider_toml("blue", blue.base_url, extra=PRICES.replace("1000.0", "1e4")),
+            "removed": provider_toml("green", green.base_url, extra=PRICES),
+        }[change]
+        load = partial(load_config, path, environ={"SIM_KEY": "sim-key"})
+        async with (
+            running_gateway(load(), load=load) as gw,
+            httpx.AsyncClient(timeout=10, headers={"authorization": f"Bearer {key}"}) as client,
+        ):
+            body = chat(PAUSE_AFTER_K, stream=True, max_tokens=1000)
+            async with client.stream("POST", gw.base_url + "/v1/chat/completions", json=body) as r:
+                assert r.status_code == 200
+                seen = 0
+                async for line in r.aiter_lines():
+                    if '"content":' in line and '"content":""' not in line:
+                        seen += 1
+                        if seen == 1:
+                            path.write_text(head + after)
+                            assert await gw.reload()
+                            assert list(gw.router.upstreams) == [
+                                "blue" if change == "prices" else "green"
+                            ]
+                    if seen == K:
+                        break
+            with trio.fail_after(10):
+                stats = await blue.engine.wait_until(lambda s: s.aborts == 1 and not s.running)
+            store = gw.router.limits.store
+            assert isinstance(store, MemoryStore)
+            await wait_until(lambda: store.held("alice") == 0)
+            spent = store.spent("alice")
+    assert seen == K and stats.tokens_generated == K
+    # 1e-3 per token = 1e6 nanos per token, input and output alike, as admitted.
+    assert spent == (stats.prompt_tokens + K) * 1_000_000

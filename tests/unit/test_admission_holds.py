@@ -18,7 +18,7 @@ from trio_gateway.config.schema import AliasConfig, ProviderConfig
 from trio_gateway.core.capability import Capability
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.request import validate_chat_body
-from trio_gateway.core.usage import estimate_prompt_tokens
+from trio_gateway.core.usage import UsageRecord, estimate_prompt_tokens
 from trio_gateway.dispatch.router import Router
 from trio_gateway.providers.anthropic.request import build_body
 
@@ -124,3 +124,35 @@ async def test_a_key_without_limits_is_not_held() -> None:
     router.limits = local_limits()
     assert await router.admit(None, request, plan) is None
     assert await router.admit(ApiKey(name="free", digest=b""), request, plan) is None
+
+
+async def test_settling_bills_the_answering_providers_prices_as_admitted() -> None:
+    limits, store = recording_limits()
+    a = priced("a", "gemini", "gemini-2.0-flash", output=1.0)
+    b = priced("b", "gemini", "gemini-2.0-flash", output=3.0)
+    body: dict[str, object] = {"messages": MESSAGES, "max_tokens": 10}
+    admitted = []
+    for _ in range(3):
+        admission = await limits.admit(KEY, body, (Reserve(a, 10), Reserve(b, 10)))
+        assert admission is not None
+        admitted.append(admission)
+    assert set(admitted[0].prices) == {"a", "b"}
+
+    def answered_by(provider: str | None) -> UsageRecord:
+        return UsageRecord(
+            request_id="r",
+            key="alice",
+            alias="a",
+            provider=provider,
+            outcome="completed",
+            completion_tokens=7,
+            started_at=0.0,
+        )
+
+    await limits.settle(admitted[0], answered_by("b"))
+    assert store.spent("alice") == nanos_out(7, 3.0)
+    # Not a provider it was admitted for (none answered): nothing billed, the hold dropped.
+    await limits.settle(admitted[1], answered_by(None))
+    await limits.settle(admitted[2], answered_by("c"))
+    assert store.spent("alice") == nanos_out(7, 3.0)
+    assert store.held("alice") == 0

@@ -17,7 +17,7 @@ import logging
 import math
 import secrets
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import attrs
 import trio
@@ -80,6 +80,10 @@ class Admission:
     key: str
     hold_id: str | None  # None: no budget, or admitted unlimited by fail_open
     headers: list[tuple[bytes, bytes]]
+    # The prices of each provider the request may run on, as they were when it was admitted
+    # (its hold was computed from them): it is settled at the answering provider's, even if
+    # a reload changed them or removed the provider while it ran.
+    prices: Mapping[str, Prices] = attrs.field(factory=dict)
 
 
 class Limits:
@@ -147,6 +151,7 @@ class Limits:
         result = await self._admit(args)
         if result is None:
             return Admission(key=key.name, hold_id=None, headers=[])
+        prices = {r.provider.name: prices_of(r.provider) for r in reserves}
         headers = rate_headers(result.requests, result.tokens)
         if result.refused == "rate":
             raise RateLimited(
@@ -166,7 +171,7 @@ class Limits:
                 "costliest provider may produce for it): lower max_tokens, or raise the budget",
                 rate_headers=headers,
             )
-        return Admission(key=key.name, hold_id=hold_id, headers=headers)
+        return Admission(key=key.name, hold_id=hold_id, headers=headers, prices=prices)
 
     async def _admit(self, args: AdmitArgs) -> AdmitResult | None:
         """The store's answer; None when it failed and the policy is fail_open."""
@@ -188,20 +193,17 @@ class Limits:
             )
             return None
 
-    async def settle(
-        self, admission: Admission | None, record: UsageRecord, provider: ProviderConfig | None
-    ) -> None:
-        """Bill the tokens ``record`` counts at ``provider``'s prices and drop the hold. Runs
-        in cleanup, even when the request was cancelled: shielded, with a short deadline."""
+    async def settle(self, admission: Admission | None, record: UsageRecord) -> None:
+        """Bill the tokens ``record`` counts at the prices its provider had when the request was
+        admitted, and drop the hold (no provider answered: nothing billed). Runs in cleanup,
+        even when the request was cancelled: shielded, with a short deadline."""
         if admission is None or admission.hold_id is None:
             return
         cost = 0
-        if provider is not None:
+        prices = admission.prices.get(record.provider or "")
+        if prices is not None:
             cost = cost_nanos(
-                prices_of(provider),
-                record.prompt_tokens,
-                record.cached_tokens,
-                record.completion_tokens,
+                prices, record.prompt_tokens, record.cached_tokens, record.completion_tokens
             )
         with trio.CancelScope(shield=True), trio.move_on_after(self.timeout_s) as late:
             try:
