@@ -3,6 +3,7 @@ refused for it: each vendor a simulator that refuses what that vendor refuses, i
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import attrs
 import httpx
 import pytest
+import trio
 
 from tests.e2e.harness import FAST_SIM, Stack, chat, running_gateway, running_sim, script
 from tests.e2e.test_cloud_providers import KEYS, fleet, only
@@ -92,3 +94,49 @@ async def test_anthropic_gets_the_clients_limit_with_thinking_inside_it(
         sent = (await stack.sim_stats())["last_request_body"]
         assert sent["max_tokens"] == max_tokens
         assert sent.get("thinking") == thinking
+
+
+def sse_items(text: str) -> list[Any]:
+    return [
+        json.loads(line[len("data: ") :]) for line in text.split("\n") if line.startswith("data: {")
+    ]
+
+
+async def test_a_gemini_answer_that_is_no_answer_is_an_upstream_error() -> None:
+    """MALFORMED_FUNCTION_CALL, TOO_MANY_TOOL_CALLS... once ended as ``stop``: an empty answer
+    that looked like success. Now an ``upstream_error`` naming Gemini's reason, in-band once
+    the answer has begun; a safety stop is ``content_filter``. None of it makes the provider
+    unhealthy (it answered)."""
+    async with (
+        vendor("gemini", "gemini-2.5-flash") as stack,
+        httpx.AsyncClient(timeout=10) as client,
+    ):
+        url = stack.v1 + "/chat/completions"
+        malformed = script({"text": "let me call"}, {"vendor_finish": "MALFORMED_FUNCTION_CALL"})
+        streamed = await client.post(url, json=chat(malformed, stream=True))
+        assert streamed.status_code == 200
+        items = sse_items(streamed.text)
+        assert items[0]["choices"][0]["delta"].get("content") in ("", None)
+        content = "".join(
+            i["choices"][0]["delta"].get("content") or "" for i in items if i.get("choices")
+        )
+        assert content == "let me call"
+        assert all(not c.get("finish_reason") for i in items for c in i.get("choices", []))
+        error = items[-1]["error"]
+        assert error["code"] == "upstream_error" and error["provider"] == "gemini"
+        assert "finishReason MALFORMED_FUNCTION_CALL" in error["message"]
+        assert streamed.text.endswith("data: [DONE]\n\n")
+
+        for reason in ("TOO_MANY_TOOL_CALLS", "OTHER", "SOMETHING_NEW"):
+            whole = await client.post(url, json=chat(script({"vendor_finish": reason})))
+            assert whole.status_code == 502, whole.text
+            assert whole.json()["error"]["code"] == "upstream_error"
+            assert f"finishReason {reason}" in whole.json()["error"]["message"]
+
+        # Four answers that were none, and the provider is as healthy as before them.
+        health = stack.gateway.router.health["gemini"].snapshot(trio.current_time())
+        assert (health.consecutive_failures, health.last_error) == (0, None)
+
+        filtered = await client.post(url, json=chat(script({"vendor_finish": "SAFETY"})))
+        assert filtered.status_code == 200, filtered.text
+        assert filtered.json()["choices"][0]["finish_reason"] == "content_filter"

@@ -37,6 +37,7 @@ occur, never further in.
     │   ├── UpstreamOverloaded          503 upstream_overloaded (Anthropic 529; Retry-After)
     │   ├── QuotaExhausted              429 quota_exhausted (never retried on that provider)
     │   ├── UpstreamServerError         502 upstream_error
+    │   │   └── UnusableAnswer          502 upstream_error (the vendor answered with no answer)
     │   └── UpstreamProtocolError       502 upstream_protocol_error
     ├── AllProvidersFailed              503 upstream_unavailable
     ├── Overloaded                      503 overloaded
@@ -298,6 +299,14 @@ class QuotaExhausted(UpstreamError):
 
 class UpstreamServerError(UpstreamError):
     code = "upstream_error"
+
+
+class UnusableAnswer(UpstreamServerError):
+    """The vendor answered, and its answer is none (Gemini's ``MALFORMED_FUNCTION_CALL``,
+    ``TOO_MANY_TOOL_CALLS``...): ``upstream_error`` to the client, and another provider may be
+    tried while the client has seen nothing; but the provider is up, so its health does not
+    count it as a failure (a model that keeps failing one prompt must not take the provider out
+    of rotation for every other request)."""
 
 
 class UpstreamProtocolError(UpstreamError):

@@ -27,6 +27,7 @@ from trio_gateway.core.errors import (
     Overloaded,
     QuotaExhausted,
     RequestError,
+    UnusableAnswer,
     UpstreamError,
     UpstreamOverloaded,
     UpstreamRateLimited,
@@ -353,6 +354,8 @@ class Router:
         if isinstance(exc, UpstreamRateLimited | UpstreamOverloaded):
             # Busy, not broken: rest for as long as it asked, without counting a failure.
             health.cool_down(now + (exc.retry_after_s or DEFAULT_COOL_DOWN_S))
+        elif isinstance(exc, UnusableAnswer):
+            pass  # the provider answered: not a failure of the provider
         elif isinstance(exc, QuotaExhausted):
             # Waiting a second does not bring quota back: keep requests away for longer.
             health.cool_down(now + QUOTA_COOL_DOWN_S)
