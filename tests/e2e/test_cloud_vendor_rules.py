@@ -140,3 +140,15 @@ async def test_a_gemini_answer_that_is_no_answer_is_an_upstream_error() -> None:
         filtered = await client.post(url, json=chat(script({"vendor_finish": "SAFETY"})))
         assert filtered.status_code == 200, filtered.text
         assert filtered.json()["choices"][0]["finish_reason"] == "content_filter"
+
+
+async def test_json_object_is_refused_for_anthropic_not_dropped() -> None:
+    """Anthropic has no JSON mode without a schema: the client is told, and nothing is sent
+    (the field used to be dropped, and the answer came back as free text)."""
+    async with fleet(only("anthropic")) as f, httpx.AsyncClient(timeout=10) as client:
+        body = chat("answer in JSON", response_format={"type": "json_object"})
+        refused = await client.post(f.v1 + "/chat/completions", json=body)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert (error["code"], error["param"]) == ("unsupported_parameter", "response_format")
+        assert f.sims["anthropic"].engine.stats().requests == 0

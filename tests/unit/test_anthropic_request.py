@@ -24,6 +24,7 @@ from tests.unit.anthropic_helpers import (
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.errors import (
     InvalidRequest,
+    UnsupportedParameter,
 )
 from trio_gateway.core.request import validate_chat_body
 from trio_gateway.providers.anthropic.dialect import (
@@ -261,13 +262,22 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required"
             },
             {"format": {"type": "json_schema", "schema": SCHEMA}},
         ),
-        ({"type": "json_object"}, None),
         ({"type": "text"}, None),
     ],
 )
 def test_response_format(response_format: dict[str, Any], expected: dict[str, Any] | None) -> None:
     out = translate({"messages": [USER], "response_format": response_format})
     assert out.get("output_config") == expected
+
+
+def test_json_object_is_refused_not_dropped() -> None:
+    """Anthropic has no JSON mode without a schema: dropping the field would answer free text
+    to a client that asked for JSON."""
+    with pytest.raises(UnsupportedParameter) as info:
+        translate({"messages": [USER], "response_format": {"type": "json_object"}})
+    assert info.value.param == "response_format"
+    assert info.value.code == "unsupported_parameter"
+    assert "json_object" in info.value.message
 
 
 def test_json_schema_without_a_schema_is_refused() -> None:

@@ -19,8 +19,8 @@ not translated below is never sent. Every OpenAI field, and what Anthropic gets:
 ``tools``                  ``{name, description, input_schema, strict}``
 ``tool_choice``            ``{"type": auto|none|any|tool}``; any/tool become auto with thinking
 ``parallel_tool_calls``    ``false`` → ``tool_choice.disable_parallel_tool_use: true``
-``response_format``        ``json_schema`` → ``output_config.format``; ``text``, ``json_object``
-                           dropped (Anthropic has no schemaless JSON mode)
+``response_format``        ``json_schema`` → ``output_config.format``; ``text`` dropped (the
+                           default); ``json_object`` refused (no schemaless JSON mode)
 ``reasoning_effort``,      ``thinking`` (:func:`thinking_config`); off mid tool loop
 ``reasoning`` (gateway's)  (:func:`in_tool_loop`)
 ``stream``                 always ``true``
@@ -403,8 +403,16 @@ def _sampling(body: Mapping[str, Any], out: dict[str, Any], *, thinking: bool) -
 
 def _output_config(body: Mapping[str, Any]) -> Block | None:
     response_format = _given(body, "response_format")
-    if response_format is None or response_format["type"] != "json_schema":
+    if response_format is None or response_format["type"] == "text":
         return None
+    if response_format["type"] == "json_object":
+        # Anthropic constrains output to a schema only: dropped, the answer would be free text
+        # where the client asked for JSON.
+        raise UnsupportedParameter(
+            "anthropic has no JSON mode without a schema: 'response_format' of type "
+            "'json_object' cannot be sent to it; give a json_schema with its schema",
+            param="response_format",
+        )
     schema = _given(response_format["json_schema"], "schema")
     if schema is None:
         raise InvalidRequest(
