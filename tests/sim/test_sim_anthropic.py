@@ -312,6 +312,21 @@ async def start(start_sim: StartSim, **fields: Any) -> Any:
     return await start_sim(**fields)
 
 
+async def test_sdk_reads_a_scripted_vendor_stop_reason(start_sim: StartSim) -> None:
+    sim = await start(start_sim)
+    refused = [{"role": "user", "content": scripted({"text": "I"}, {"vendor_finish": "refusal"})}]
+
+    def run() -> Any:
+        client = sdk(sim.base_url)
+        with client.messages.stream(model=MODEL, max_tokens=64, messages=refused) as stream:
+            streamed = stream.get_final_message()
+        whole = client.messages.create(model=MODEL, max_tokens=64, messages=refused)
+        return streamed, whole
+
+    streamed, whole = await in_thread(run)
+    assert streamed.stop_reason == whole.stop_reason == "refusal"
+
+
 async def test_sdk_streams_thinking_text_and_tool_calls(start_sim: StartSim) -> None:
     sim = await start(start_sim)
     steps = (
