@@ -314,7 +314,9 @@ async def start(start_sim: StartSim, **fields: Any) -> Any:
 
 async def test_sdk_reads_a_scripted_vendor_stop_reason(start_sim: StartSim) -> None:
     sim = await start(start_sim)
-    refused = [{"role": "user", "content": scripted({"text": "I"}, {"vendor_finish": "refusal"})}]
+    refused: Any = [
+        {"role": "user", "content": scripted({"text": "I"}, {"vendor_finish": "refusal"})}
+    ]
 
     def run() -> Any:
         client = sdk(sim.base_url)
