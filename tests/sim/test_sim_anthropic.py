@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import anthropic
+import attrs
 import httpx
 import pytest
 import trio
@@ -135,6 +136,12 @@ THINKING = {"type": "enabled", "budget_tokens": 1024}
         ),
         (body(tool_choice={"type": "sometimes"}), 400, "tool_choice"),
         (
+            body(stop_sequences=["END", "\n"]),
+            400,
+            "stop_sequences: each stop sequence must contain non-whitespace",
+        ),
+        (body(stop_sequences=[""]), 400, "stop_sequences: each stop sequence must be non-empty"),
+        (
             body(tools=[{"name": "f", "input_schema": {"type": "object"}, "strict": 1}]),
             400,
             "strict",
@@ -157,6 +164,20 @@ def test_bad_requests_are_refused(request_body: Any, status: int, message: str) 
         "not_found_error" if status == 404 else "invalid_request_error"
     )
     assert message in error.body["error"]["message"]
+
+
+def test_max_tokens_over_the_models_output_cap_is_refused() -> None:
+    """Claude models write far less than their context holds: the cap is its own limit."""
+    capped = attrs.evolve(CONFIG, max_output_tokens=1000)
+    error = parse_messages_request(json.dumps(body()).encode(), capped, version=VERSION)
+    assert isinstance(error, ApiError)
+    assert error.body["error"]["message"] == (
+        f"max_tokens: 2048 > 1000, which is the maximum allowed number of output tokens for {MODEL}"
+    )
+    fits = body(max_tokens=1000)
+    assert not isinstance(
+        parse_messages_request(json.dumps(fits).encode(), capped, version=VERSION), ApiError
+    )
 
 
 def test_version_header_is_required() -> None:
@@ -289,6 +310,23 @@ async def in_thread(fn: Any, *args: Any) -> Any:
 async def start(start_sim: StartSim, **fields: Any) -> Any:
     fields = {"dialect": "anthropic", "served_model_name": MODEL, "api_key": KEY, **fields}
     return await start_sim(**fields)
+
+
+async def test_sdk_reads_a_scripted_vendor_stop_reason(start_sim: StartSim) -> None:
+    sim = await start(start_sim)
+    refused: Any = [
+        {"role": "user", "content": scripted({"text": "I"}, {"vendor_finish": "refusal"})}
+    ]
+
+    def run() -> Any:
+        client = sdk(sim.base_url)
+        with client.messages.stream(model=MODEL, max_tokens=64, messages=refused) as stream:
+            streamed = stream.get_final_message()
+        whole = client.messages.create(model=MODEL, max_tokens=64, messages=refused)
+        return streamed, whole
+
+    streamed, whole = await in_thread(run)
+    assert streamed.stop_reason == whole.stop_reason == "refusal"
 
 
 async def test_sdk_streams_thinking_text_and_tool_calls(start_sim: StartSim) -> None:

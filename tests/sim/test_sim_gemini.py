@@ -279,6 +279,24 @@ async def test_sdk_whole_answer_hides_thoughts_but_counts_them(start_sim: StartS
     assert short.candidates[0].finish_reason == types.FinishReason.MAX_TOKENS
 
 
+async def test_sdk_reads_a_scripted_vendor_finish_reason(start_sim: StartSim) -> None:
+    """`vendor_finish` sends Gemini's own finishReason, streamed or whole, as the SDK knows it."""
+    sim = await start(start_sim)
+    sdk = studio(sim.base_url)  # referenced: collecting a Client closes its connections
+    malformed = scripted({"text": "a"}, {"vendor_finish": "MALFORMED_FUNCTION_CALL"})
+
+    def run() -> Any:
+        chunks = list(sdk.models.generate_content_stream(model=MODEL, contents=malformed))
+        whole = sdk.models.generate_content(
+            model=MODEL, contents=scripted({"vendor_finish": "TOO_MANY_TOOL_CALLS"})
+        )
+        return chunks, whole
+
+    chunks, whole = await trio.to_thread.run_sync(run)
+    assert chunks[-1].candidates[0].finish_reason == types.FinishReason.MALFORMED_FUNCTION_CALL
+    assert whole.candidates[0].finish_reason == types.FinishReason.TOO_MANY_TOOL_CALLS
+
+
 async def test_sdk_raises_google_errors(start_sim: StartSim, client: httpx.AsyncClient) -> None:
     sim = await start(start_sim, max_model_len=256)
     clients = {KEY: studio(sim.base_url), "wrong-key": studio(sim.base_url, key="wrong-key")}

@@ -20,6 +20,7 @@ from trio_gateway.sim.script import (
     SplitUtf8,
     Text,
     ToolCall,
+    VendorFinish,
     extract_script,
     parse_script,
     plan_generation,
@@ -74,6 +75,7 @@ def shown(generation: Generation, kind: str) -> str:
         ),
         ([{"delay_s": 0.5}, {"drop": True}], (Delay(seconds=0.5), Drop())),
         ([{"finish": "length"}, {"split_utf8": True}], (Finish(reason="length"), SplitUtf8())),
+        ([{"vendor_finish": "SAFETY"}], (VendorFinish(reason="SAFETY"),)),
     ],
 )
 def test_parse_script_steps(steps: list[Any], parsed: tuple[Any, ...]) -> None:
@@ -96,6 +98,7 @@ def test_parse_script_steps(steps: list[Any], parsed: tuple[Any, ...]) -> None:
         ('{"steps": [{"delay_s": "1"}]}', "must be a number"),
         ('{"steps": [{"drop": false}]}', "must be true"),
         ('{"steps": [{"finish": "eos"}]}', '"finish" must be'),
+        ('{"steps": [{"vendor_finish": ""}]}', '"vendor_finish" must be a non-empty string'),
         ('{"steps": [{"tool_call": {"arguments": {}}}]}', "non-empty string"),
         ('{"steps": [{"text": "a"}, {"reasoning": "b"}]}', "must come before"),
     ],

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import pytest
 
 from tests.unit.anthropic_helpers import (
@@ -23,6 +24,7 @@ from tests.unit.anthropic_helpers import (
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.errors import (
     InvalidRequest,
+    UnsupportedParameter,
 )
 from trio_gateway.core.request import validate_chat_body
 from trio_gateway.providers.anthropic.dialect import (
@@ -103,47 +105,57 @@ def test_strict_tools_stay_strict() -> None:
 
 
 @pytest.mark.parametrize(
-    ("fields", "max_tokens"),
+    ("fields", "provider", "max_tokens"),
     [
-        ({}, 4096),
-        ({"max_tokens": 100}, 100),
-        ({"max_completion_tokens": 200}, 200),
-        ({"max_tokens": 100, "max_completion_tokens": 200}, 200),
-        ({"max_tokens": None}, 4096),
+        ({}, PROVIDER, 4096),
+        ({"max_tokens": 100}, PROVIDER, 100),
+        ({"max_completion_tokens": 200}, PROVIDER, 200),
+        ({"max_tokens": 100, "max_completion_tokens": 200}, PROVIDER, 200),
+        ({"max_tokens": None}, PROVIDER, 4096),
+        # Never past the model's output cap (Anthropic refuses more): Sonnet 4.5 writes at
+        # most 64000, Haiku 3.5 8192, a model the table does not know 4096 unless the
+        # operator says otherwise.
+        ({"max_tokens": 100000}, PROVIDER, 64000),
+        ({"max_completion_tokens": 9000}, PLAIN_PROVIDER, 8192),
+        ({"max_tokens": 9000}, attrs.evolve(PLAIN_PROVIDER, model="claude-next"), 4096),
+        (
+            {"max_tokens": 9000},
+            attrs.evolve(PLAIN_PROVIDER, model="claude-next", max_output_tokens=128000),
+            9000,
+        ),
+        ({}, attrs.evolve(PLAIN_PROVIDER, default_max_tokens=20000), 8192),
+        # A limit the provider strips is not the client's any more.
+        ({"max_tokens": 100}, attrs.evolve(PROVIDER, strip_fields=("max_tokens",)), 4096),
     ],
 )
-def test_max_tokens(fields: dict[str, Any], max_tokens: int) -> None:
-    assert translate({"messages": [USER], **fields})["max_tokens"] == max_tokens
+def test_max_tokens(fields: dict[str, Any], provider: ProviderConfig, max_tokens: int) -> None:
+    request = validate_chat_body({"model": "alias", "messages": [USER], **fields})
+    assert translate({"messages": [USER], **fields}, provider)["max_tokens"] == max_tokens
+    # The budget hold is computed from what is sent.
+    assert AnthropicDialect().max_output_tokens(request, provider) == max_tokens
+
+
+def enabled(budget: int) -> dict[str, Any]:
+    return {"type": "enabled", "budget_tokens": budget}
 
 
 @pytest.mark.parametrize(
     ("fields", "thinking", "max_tokens"),
     [
-        # Default effort (medium): 8192 thinking tokens; a 4096 limit leaves no room, so the
-        # answer's 4096 go on top.
-        ({"reasoning": True}, {"type": "enabled", "budget_tokens": 8192}, 8192 + 4096),
-        (
-            {"reasoning": True, "max_tokens": 20000},
-            {"type": "enabled", "budget_tokens": 8192},
-            20000,
-        ),
-        (
-            {"reasoning": True, "max_tokens": 8192},
-            {"type": "enabled", "budget_tokens": 8192},
-            16384,
-        ),
-        ({"reasoning_effort": "minimal"}, {"type": "enabled", "budget_tokens": 1024}, 4096),
-        (
-            {"reasoning_effort": "low", "max_tokens": 10},
-            {"type": "enabled", "budget_tokens": 2048},
-            2058,
-        ),
-        ({"reasoning_effort": "high"}, {"type": "enabled", "budget_tokens": 16384}, 16384 + 4096),
-        (
-            {"reasoning_effort": "xhigh", "max_completion_tokens": 40000},
-            {"type": "enabled", "budget_tokens": 32768},
-            40000,
-        ),
+        # The thinking budget comes out of the limit (Anthropic counts thinking inside
+        # max_tokens, as OpenAI counts reasoning inside max_completion_tokens), never on top.
+        ({"reasoning": True}, enabled(4095), 4096),
+        ({"reasoning": True, "max_tokens": 20000}, enabled(8192), 20000),
+        ({"reasoning": True, "max_tokens": 8192}, enabled(8191), 8192),
+        ({"reasoning_effort": "minimal"}, enabled(1024), 4096),
+        ({"reasoning_effort": "high"}, enabled(4095), 4096),
+        ({"reasoning_effort": "xhigh", "max_completion_tokens": 40000}, enabled(32768), 40000),
+        # The model's cap bounds the whole, thinking included.
+        ({"reasoning_effort": "xhigh", "max_tokens": 100000}, enabled(32768), 64000),
+        # Too small a limit for Anthropic's least budget (1024 < max_tokens): no thinking.
+        ({"reasoning": True, "max_tokens": 100}, {"type": "disabled"}, 100),
+        ({"reasoning_effort": "low", "max_tokens": 1024}, {"type": "disabled"}, 1024),
+        ({"reasoning_effort": "low", "max_tokens": 1025}, enabled(1024), 1025),
         ({"reasoning": False}, {"type": "disabled"}, 4096),
         ({"reasoning_effort": "none"}, {"type": "disabled"}, 4096),
         ({}, None, 4096),
@@ -154,6 +166,16 @@ def test_thinking(fields: dict[str, Any], thinking: dict[str, Any] | None, max_t
     assert out.get("thinking") == thinking
     assert out["max_tokens"] == max_tokens
     assert "reasoning" not in out and "reasoning_effort" not in out
+
+
+def test_thinking_turned_off_by_a_small_limit_keeps_the_sampling_fields() -> None:
+    out = translate(
+        {"messages": [USER], "reasoning": True, "max_tokens": 100, "temperature": 0.3, "top_k": 5}
+    )
+    assert (out["temperature"], out["top_k"]) == (0.3, 5)
+    assert "thinking" not in translate(
+        {"messages": [USER], "reasoning": True, "max_tokens": 100}, PLAIN_PROVIDER
+    )
 
 
 def test_reasoning_pauses_mid_tool_loop() -> None:
@@ -180,7 +202,8 @@ def test_reasoning_pauses_mid_tool_loop() -> None:
         {"role": "assistant", "content": "Sunny."},
         {"role": "user", "content": "And Lyon?"},
     ]
-    assert translate(body)["thinking"] == {"type": "enabled", "budget_tokens": 16384}
+    # High effort's 16384 come out of the 4096 the request may produce.
+    assert translate(body)["thinking"] == {"type": "enabled", "budget_tokens": 4095}
 
 
 def test_reasoning_off_is_not_said_to_a_model_that_cannot_think() -> None:
@@ -201,6 +224,9 @@ def test_reasoning_off_is_not_said_to_a_model_that_cannot_think() -> None:
         ({"stop": "END"}, {"stop_sequences": ["END"]}),
         ({"stop": ["a", "b"]}, {"stop_sequences": ["a", "b"]}),
         ({"stop": []}, {}),
+        # Anthropic refuses a whitespace-only stop sequence: dropped (docs/providers.md).
+        ({"stop": "\n"}, {}),
+        ({"stop": ["\n", "END", " \t\u3000", "x\n"]}, {"stop_sequences": ["END", "x\n"]}),
         ({"user": "u-42"}, {"metadata": {"user_id": "u-42"}}),
         ({"safety_identifier": "hash-1"}, {"metadata": {"user_id": "hash-1"}}),
         ({"user": "u-42", "safety_identifier": "hash-1"}, {"metadata": {"user_id": "u-42"}}),
@@ -236,13 +262,22 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required"
             },
             {"format": {"type": "json_schema", "schema": SCHEMA}},
         ),
-        ({"type": "json_object"}, None),
         ({"type": "text"}, None),
     ],
 )
 def test_response_format(response_format: dict[str, Any], expected: dict[str, Any] | None) -> None:
     out = translate({"messages": [USER], "response_format": response_format})
     assert out.get("output_config") == expected
+
+
+def test_json_object_is_refused_not_dropped() -> None:
+    """Anthropic has no JSON mode without a schema: dropping the field would answer free text
+    to a client that asked for JSON."""
+    with pytest.raises(UnsupportedParameter) as info:
+        translate({"messages": [USER], "response_format": {"type": "json_object"}})
+    assert info.value.param == "response_format"
+    assert info.value.code == "unsupported_parameter"
+    assert "json_object" in info.value.message
 
 
 def test_json_schema_without_a_schema_is_refused() -> None:

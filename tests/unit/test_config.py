@@ -80,6 +80,14 @@ def test_repo_default_config_is_valid() -> None:
         (("max_inflight = 32", "max_inflight = 0"), "max_inflight: must be at least 1"),
         (("weight = 100", "weight = -1"), "weight: must be 0 or more"),
         (
+            ("weight = 100", "weight = 100\nmax_output_tokens = 0"),
+            "providers[0].max_output_tokens: must be at least 1",
+        ),
+        (
+            ("weight = 100", 'weight = 100\nmax_output_tokens = "64k"'),
+            "max_output_tokens: expected an integer",
+        ),
+        (
             ("http://127.0.0.1:8000/v1", "127.0.0.1:8000"),
             "base_url: expected an http:// or https:// URL",
         ),

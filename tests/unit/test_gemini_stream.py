@@ -8,12 +8,14 @@ import json
 from typing import Any
 
 import pytest
+from google.genai import types as genai_types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trio_gateway.core.errors import (
     GatewayError,
     InvalidRequest,
+    UnusableAnswer,
     UpstreamOverloaded,
     UpstreamProtocolError,
     UpstreamRateLimited,
@@ -29,7 +31,9 @@ from trio_gateway.core.events import (
     Usage,
 )
 from trio_gateway.core.sse import SSEDecoder, SSEEvent
+from trio_gateway.core.usage import PartialUsage
 from trio_gateway.providers.gemini.dialect import (
+    FAILED_FINISH_REASONS,
     FINISH_REASONS,
     GeminiStreamParser,
     parse_whole,
@@ -162,24 +166,74 @@ def test_two_function_calls_get_unique_ids_and_finish_tool_calls() -> None:
     assert {d.id for d in again}.isdisjoint({d.id for d in deltas})
 
 
-@pytest.mark.parametrize(
-    ("reason", "finish"),
-    [
-        ("MAX_TOKENS", "length"),
-        ("SAFETY", "content_filter"),
-        ("RECITATION", "content_filter"),
-        ("BLOCKLIST", "content_filter"),
-        ("PROHIBITED_CONTENT", "content_filter"),
-        ("SPII", "content_filter"),
-        ("OTHER", "stop"),
-        ("MALFORMED_FUNCTION_CALL", "stop"),
-        ("SOMETHING_NEW", "stop"),
-    ],
-)
-def test_finish_reasons(reason: str, finish: str) -> None:
+# Every value of Google's FinishReason enum (google-genai's types.FinishReason, which follows
+# https://ai.google.dev/api/generate-content#FinishReason and Vertex AI's), and what it becomes.
+ANSWERS = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "CONTINUATION": "length",
+    **dict.fromkeys(
+        [
+            "SAFETY",
+            "RECITATION",
+            "LANGUAGE",
+            "BLOCKLIST",
+            "PROHIBITED_CONTENT",
+            "SPII",
+            "IMAGE_SAFETY",
+            "IMAGE_PROHIBITED_CONTENT",
+            "IMAGE_RECITATION",
+            "MODEL_ARMOR",
+            "ESCALATION",
+        ],
+        "content_filter",
+    ),
+}
+FAILURES = [
+    "FINISH_REASON_UNSPECIFIED",
+    "OTHER",
+    "MALFORMED_FUNCTION_CALL",
+    "UNEXPECTED_TOOL_CALL",
+    "TOO_MANY_TOOL_CALLS",
+    "MISSING_THOUGHT_SIGNATURE",
+    "MALFORMED_RESPONSE",
+    "IMAGE_OTHER",
+    "NO_IMAGE",
+    "PUP_LIMITED_DISABLED",
+]
+
+
+def test_every_finish_reason_google_documents_is_decided() -> None:
+    documented = {reason.value for reason in genai_types.FinishReason}
+    assert set(ANSWERS) | set(FAILURES) == documented
+    assert dict(FINISH_REASONS) == ANSWERS
+    assert set(FAILED_FINISH_REASONS) == set(FAILURES)
+
+
+@pytest.mark.parametrize(("reason", "finish"), sorted(ANSWERS.items()))
+def test_finish_reasons_that_end_an_answer(reason: str, finish: str) -> None:
     events = run(frame(chunk({"text": "x"}, finish=reason, usage={"promptTokenCount": 1})))
     assert events[-1] == ResponseDone(finish)
-    assert FINISH_REASONS.get(reason, "stop") == finish
+
+
+@pytest.mark.parametrize("reason", [*FAILURES, "SOMETHING_NEW"])
+def test_finish_reasons_that_are_no_answer_are_an_upstream_error(reason: str) -> None:
+    """An empty answer ending in MALFORMED_FUNCTION_CALL once looked like success (stop)."""
+    parser = GeminiStreamParser("gem")
+    parser.feed(SSEEvent(json.dumps(chunk({"text": "a"}, usage={"promptTokenCount": 3})).encode()))
+    last = chunk(finish=reason, usage={"promptTokenCount": 3, "candidatesTokenCount": 4})
+    last["candidates"][0]["finishMessage"] = "Malformed function call: print(default_api.f("
+    with pytest.raises(UnusableAnswer) as caught:
+        parser.feed(SSEEvent(json.dumps(last).encode()))
+    error = caught.value
+    assert (error.code, error.status, error.provider) == ("upstream_error", 502, "gem")
+    assert error.message.startswith(f"gem: the answer ended with finishReason {reason} (")
+    assert error.message.endswith("): Malformed function call: print(default_api.f(")
+    # What was generated is billed: the last count, which covered the failing chunk.
+    assert parser.usage_so_far() == PartialUsage(Usage(3, 4), estimated=False)
+    # The whole answer (generateContent) fails the same way.
+    with pytest.raises(UnusableAnswer):
+        parse_whole("gem", json.dumps(last).encode())
 
 
 def test_usage_after_the_finishing_chunk_is_waited_for() -> None:

@@ -233,5 +233,5 @@ async def test_a_failed_settle_is_counted_not_raised() -> None:
     record = UsageRecord(
         request_id="r", key="alice", alias="a", provider="p", outcome="completed", started_at=0.0
     )
-    await limits.settle(admission, record, None)
+    await limits.settle(admission, record)
     assert _error_counts(limits) == {"admit": 0, "settle": 1}

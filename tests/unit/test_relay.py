@@ -18,7 +18,7 @@ import trio.testing
 
 from tests.unit.test_mut_upstream import Handler, chat, shell, sse
 from trio_gateway.accounting.admission import Admission
-from trio_gateway.config.schema import AliasConfig, ProviderConfig
+from trio_gateway.config.schema import AliasConfig
 from trio_gateway.core.errors import InternalError, ShuttingDown, UpstreamProtocolError
 from trio_gateway.core.events import TextDelta
 from trio_gateway.core.usage import UsageRecord, estimate_prompt_tokens
@@ -108,14 +108,10 @@ def recorded(handler: Handler) -> tuple[Router, Records]:
 
 @attrs.define
 class Settlements:
-    calls: list[tuple[Admission | None, UsageRecord, ProviderConfig | None]] = attrs.field(
-        factory=list
-    )
+    calls: list[tuple[Admission | None, UsageRecord]] = attrs.field(factory=list)
 
-    async def settle(
-        self, admission: Admission | None, record: UsageRecord, provider: ProviderConfig | None
-    ) -> None:
-        self.calls.append((admission, record, provider))
+    async def settle(self, admission: Admission | None, record: UsageRecord) -> None:
+        self.calls.append((admission, record))
 
 
 async def run(
@@ -271,9 +267,9 @@ async def test_the_record_is_offered_and_the_hold_settled_at_the_answering_provi
     [record] = records.records
     assert record.request_id == "r9" and record.completion_tokens == TOKENS
     assert record.prompt_tokens > 0  # estimated from the request: the stream had no usage
-    [(settled, settled_record, provider)] = settlements.calls
+    [(settled, settled_record)] = settlements.calls
     assert settled is admission and settled_record is record
-    assert provider is gateway.upstreams["p1"].config
+    assert record.provider == "p1"
 
 
 async def test_without_a_request_id_the_record_has_none(autojump_clock: trio.abc.Clock) -> None:
@@ -356,8 +352,8 @@ async def test_a_hold_is_settled_without_prices_when_no_provider_answered(
     gateway.limits = settlements  # type: ignore[assignment]
     admission = Admission(key="k", hold_id="h1", headers=[])
     await run(gateway, Collect(), admission=admission)
-    [(settled, record, provider)] = settlements.calls
-    assert settled is admission and record.provider is None and provider is None
+    [(settled, record)] = settlements.calls
+    assert settled is admission and record.provider is None
 
 
 async def test_a_drain_that_ends_mid_answer_tells_the_client(

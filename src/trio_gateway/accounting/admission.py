@@ -17,7 +17,7 @@ import logging
 import math
 import secrets
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import attrs
 import trio
@@ -66,6 +66,15 @@ def prices_of(provider: ProviderConfig) -> Prices:
     )
 
 
+@attrs.frozen
+class Reserve:
+    """One provider a request may run on, and the most output tokens the request, translated
+    for that provider's vendor, lets it produce (``Dialect.max_output_tokens``)."""
+
+    provider: ProviderConfig
+    max_output_tokens: int
+
+
 @attrs.frozen(kw_only=True)
 class Admission:
     """A request let in: its hold (to settle) and the headers every answer carries."""
@@ -73,6 +82,10 @@ class Admission:
     key: str
     hold_id: str | None  # None: no budget, or admitted unlimited by fail_open
     headers: list[tuple[bytes, bytes]]
+    # The prices of each provider the request may run on, as they were when it was admitted
+    # (its hold was computed from them): it is settled at the answering provider's, even if
+    # a reload changed them or removed the provider while it ran.
+    prices: Mapping[str, Prices] = attrs.field(factory=dict)
 
 
 class Limits:
@@ -106,29 +119,37 @@ class Limits:
         self,
         key: ApiKey | None,
         body: dict[str, object],
-        providers: tuple[ProviderConfig, ...],
+        reserves: tuple[Reserve, ...],
         kind: RequestKind = RequestKind.CHAT,
     ) -> Admission | None:
-        """None for a request with nothing to enforce; else its admission, or 402/429/503."""
+        """None for a request with nothing to enforce; else its admission, or 402/429/503.
+
+        ``reserves``: the providers the request may run on (the Router's plan, in order), each
+        with the most output the request sent there may produce."""
         if key is None or (key.rpm is None and key.tpm is None and key.budget is None):
             return None
-        # The provider is not chosen yet: estimate at the alias's highest prices and limits.
-        default_max = max((p.default_max_tokens for p in providers), default=4096)
+        prompt = estimate_body_prompt(body, kind)
+        # tpm counts the client's limit (else the alias's default_max_tokens), as OpenAI counts
+        # its own: a rate, charged once at admission, not the worst case a hold must cover.
+        default_max = max((r.provider.default_max_tokens for r in reserves), default=4096)
         if kind is RequestKind.COMPLETIONS:
             # What the vendors generate when a completion names no max_tokens.
             default_max = COMPLETIONS_DEFAULT_MAX_TOKENS
         elif kind is RequestKind.EMBEDDINGS:
             default_max = 0  # an embedding generates nothing: its prompt is all it costs
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-        prompt = estimate_body_prompt(body, kind)
         tokens = reserve_tokens(
             prompt, max_tokens if isinstance(max_tokens, int) else None, default_max
         )
         if kind is RequestKind.COMPLETIONS:
             # Each prompt, n times, is a choice that may generate max_tokens of its own.
             tokens = prompt + (tokens - prompt) * completion_choices(body)
+        # The provider is not chosen yet: the hold covers the costliest of them, each at its
+        # prices for all the output the request sent there may produce, so that no answer can
+        # cost more than was held.
         hold = max(
-            (reserve_nanos(prices_of(p), prompt, tokens - prompt) for p in providers), default=0
+            (reserve_nanos(prices_of(r.provider), prompt, r.max_output_tokens) for r in reserves),
+            default=0,
         )
         hold_id = secrets.token_hex(8) if key.budget is not None else None
         args = AdmitArgs(
@@ -144,6 +165,7 @@ class Limits:
         result = await self._admit(args)
         if result is None:
             return Admission(key=key.name, hold_id=None, headers=[])
+        prices = {r.provider.name: prices_of(r.provider) for r in reserves}
         headers = rate_headers(result.requests, result.tokens)
         if result.refused == "rate":
             raise RateLimited(
@@ -159,11 +181,11 @@ class Limits:
             raise BudgetExceeded(
                 f"API key {key.name!r} has {result.available / NANOS_PER_UNIT:.6f} of its budget "
                 f"left (after running requests' holds); this request may cost up to "
-                f"{hold / NANOS_PER_UNIT:.6f} (prompt estimate + max_tokens at the alias's "
-                "highest prices): lower max_tokens, or raise the budget",
+                f"{hold / NANOS_PER_UNIT:.6f} (prompt estimate + the most output the alias's "
+                "costliest provider may produce for it): lower max_tokens, or raise the budget",
                 rate_headers=headers,
             )
-        return Admission(key=key.name, hold_id=hold_id, headers=headers)
+        return Admission(key=key.name, hold_id=hold_id, headers=headers, prices=prices)
 
     async def _admit(self, args: AdmitArgs) -> AdmitResult | None:
         """The store's answer; None when it failed and the policy is fail_open."""
@@ -185,20 +207,17 @@ class Limits:
             )
             return None
 
-    async def settle(
-        self, admission: Admission | None, record: UsageRecord, provider: ProviderConfig | None
-    ) -> None:
-        """Bill the tokens ``record`` counts at ``provider``'s prices and drop the hold. Runs
-        in cleanup, even when the request was cancelled: shielded, with a short deadline."""
+    async def settle(self, admission: Admission | None, record: UsageRecord) -> None:
+        """Bill the tokens ``record`` counts at the prices its provider had when the request was
+        admitted, and drop the hold (no provider answered: nothing billed). Runs in cleanup,
+        even when the request was cancelled: shielded, with a short deadline."""
         if admission is None or admission.hold_id is None:
             return
         cost = 0
-        if provider is not None:
+        prices = admission.prices.get(record.provider or "")
+        if prices is not None:
             cost = cost_nanos(
-                prices_of(provider),
-                record.prompt_tokens,
-                record.cached_tokens,
-                record.completion_tokens,
+                prices, record.prompt_tokens, record.cached_tokens, record.completion_tokens
             )
         with trio.CancelScope(shield=True), trio.move_on_after(self.timeout_s) as late:
             try:

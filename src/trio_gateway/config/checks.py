@@ -85,6 +85,8 @@ def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
         )
     if p.default_max_tokens < 1:
         problems.append(f"{where}.default_max_tokens: must be at least 1")
+    if p.max_output_tokens is not None and p.max_output_tokens < 1:
+        problems.append(f"{where}.max_output_tokens: must be at least 1")
     for key in ("api_key_file", "credentials_file"):
         path = getattr(p, key)
         if path is not None and (err := _credential_file_problem(path, key)) is not None:

@@ -111,6 +111,10 @@ class ProviderConfig:
     location: str | None = None
     # anthropic requires max_tokens on every request: this is sent when the client gave none.
     default_max_tokens: int = 4096
+    # The most output tokens the model produces per request (thinking included), in place of
+    # the gateway's table for the vendor (providers/output_caps.py): anthropic's max_tokens is
+    # clamped to it, and a budget hold for a request without a limit counts it.
+    max_output_tokens: int | None = None
     max_inflight: int = 32
     queue_timeout_s: float = 1.0
     capabilities: frozenset[Capability] = frozenset()

@@ -38,6 +38,7 @@ occur, never further in.
     │   ├── UpstreamOverloaded          503 upstream_overloaded (Anthropic 529; Retry-After)
     │   ├── QuotaExhausted              429 quota_exhausted (never retried on that provider)
     │   ├── UpstreamServerError         502 upstream_error
+    │   │   └── UnusableAnswer          502 upstream_error (the vendor answered with no answer)
     │   └── UpstreamProtocolError       502 upstream_protocol_error
     ├── AllProvidersFailed              503 upstream_unavailable
     ├── Overloaded                      503 overloaded
@@ -205,7 +206,8 @@ class KeyLimitError(RequestError):
 
 class BudgetExceeded(KeyLimitError):
     """The key's budget, less what it spent and what its running requests hold, cannot cover
-    this request's estimate (its prompt and max_tokens at the alias's highest prices)."""
+    this request's estimate (its prompt and all the output it may produce, at the costliest of
+    the alias's providers)."""
 
     code = "budget_exceeded"
     status = 402
@@ -307,6 +309,14 @@ class QuotaExhausted(UpstreamError):
 
 class UpstreamServerError(UpstreamError):
     code = "upstream_error"
+
+
+class UnusableAnswer(UpstreamServerError):
+    """The vendor answered, and its answer is none (Gemini's ``MALFORMED_FUNCTION_CALL``,
+    ``TOO_MANY_TOOL_CALLS``...): ``upstream_error`` to the client, and another provider may be
+    tried while the client has seen nothing; but the provider is up, so its health does not
+    count it as a failure (a model that keeps failing one prompt must not take the provider out
+    of rotation for every other request)."""
 
 
 class UpstreamProtocolError(UpstreamError):

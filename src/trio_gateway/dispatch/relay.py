@@ -215,11 +215,10 @@ async def relay(
             started_wall=started_wall,
         )
         if admission is not None:
-            upstream = plan.router.upstreams.get(usage_rec.provider or "")
-            # Shielded inside, with a short deadline: a cancelled request is billed too.
-            await plan.router.limits.settle(
-                admission, usage_rec, upstream.config if upstream is not None else None
-            )
+            # At the prices the request was admitted with (a reload may have changed them, or
+            # removed its provider, meanwhile). Shielded inside, with a short deadline: a
+            # cancelled request is billed too.
+            await plan.router.limits.settle(admission, usage_rec)
     return outcome
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import attrs
 import trio
 
-from trio_gateway.accounting.admission import Limits, local_limits
+from trio_gateway.accounting.admission import Admission, Limits, Reserve, local_limits
 from trio_gateway.capacity.gate import LocalGate, SharedGate
 from trio_gateway.capacity.health import ProviderHealth, log_transition
 from trio_gateway.config.schema import AliasConfig
@@ -27,11 +27,13 @@ from trio_gateway.core.errors import (
     Overloaded,
     QuotaExhausted,
     RequestError,
+    UnusableAnswer,
     UpstreamError,
     UpstreamOverloaded,
     UpstreamRateLimited,
 )
 from trio_gateway.core.events import Event
+from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.usage import NULL_SINK, UsageMeter, UsageSink
 from trio_gateway.dispatch.routing import eligible_providers, order_by_health, resolve_alias
@@ -39,6 +41,7 @@ from trio_gateway.ops.drain import Drain
 from trio_gateway.ops.metrics import Metrics, ProviderGauges, ReplicaGauges
 from trio_gateway.ops.status import RecentStats
 from trio_gateway.providers.openai_compatible.replicas import GroupHealth, ReplicaSet, replica_label
+from trio_gateway.providers.registry import dialect_for
 from trio_gateway.providers.upstream import Emit, Upstream
 
 # Without a Retry-After, a provider that said 429/529 rests this long.
@@ -168,6 +171,19 @@ class Router:
             router=self,
             health=health,
         )
+
+    async def admit(self, key: ApiKey | None, request: ChatRequest, plan: Plan) -> Admission | None:
+        """The key's budget and rate limits for ``request`` (``Limits.admit``). Its hold counts,
+        for each provider of the plan, the most output the request as that provider's vendor
+        receives it may produce: the client's limit, Anthropic's clamped ``max_tokens``, or,
+        with no limit sent, the model's cap (``providers/output_caps.py``)."""
+        if key is None:
+            return None
+        reserves = tuple(
+            Reserve(u.config, dialect_for(u.config.type).max_output_tokens(request, u.config))
+            for u in plan.upstreams
+        )
+        return await self.limits.admit(key, request.body, reserves, request.kind)
 
     def _retry_after_s(self, upstream: Provider, waiting: int) -> float:
         """How long until a slot is likely free: the queue ahead, served at the provider's
@@ -339,6 +355,8 @@ class Router:
         if isinstance(exc, UpstreamRateLimited | UpstreamOverloaded):
             # Busy, not broken: rest for as long as it asked, without counting a failure.
             health.cool_down(now + (exc.retry_after_s or DEFAULT_COOL_DOWN_S))
+        elif isinstance(exc, UnusableAnswer):
+            pass  # the provider answered: not a failure of the provider
         elif isinstance(exc, QuotaExhausted):
             # Waiting a second does not bring quota back: keep requests away for longer.
             health.cool_down(now + QUOTA_COOL_DOWN_S)

@@ -245,9 +245,7 @@ async def serve_request(
     """A validated request of any kind (chat, completions, embeddings), routed, admitted and
     relayed: one path for all, so each has the same gates, budgets, records and cancellation."""
     plan = router.plan(request)
-    admission = await router.limits.admit(
-        key, request.body, tuple(u.config for u in plan.upstreams), request.kind
-    )
+    admission = await router.admit(key, request, plan)
     completion_id = f"{answer.id_prefix}-{request_id}"
     created = int(time.time())
     extra_headers = [(b"x-request-id", request_id.encode())]

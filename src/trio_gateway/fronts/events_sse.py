@@ -39,9 +39,7 @@ async def handle_events(
     request = with_session(read_chat_request(router, raw, key), session_id)
     del raw
     plan = router.plan(request)
-    admission = await router.limits.admit(
-        key, request.body, tuple(u.config for u in plan.upstreams)
-    )
+    admission = await router.admit(key, request, plan)
     encoder = EventEncoder(request_id=request_id, alias=request.alias)
     extra_headers = [(b"x-request-id", request_id.encode())]
     if admission is not None:

@@ -497,9 +497,7 @@ class _Socket:
 
         try:
             # Budgets and rate limits: awaited here, in the request's own task, not in dispatch.
-            admission = await self._front.router.limits.admit(
-                self._key, request.body, tuple(u.config for u in plan.upstreams)
-            )
+            admission = await self._front.router.admit(self._key, request, plan)
         except GatewayError as exc:
             finish()
             self._refused(entry.request_id, exc.code, request.alias)

@@ -96,6 +96,12 @@ class Dialect(Protocol):
         already run), ``UnsupportedEndpoint`` for a kind it does not serve."""
         ...
 
+    def max_output_tokens(self, request: ChatRequest, provider: ProviderConfig) -> int:
+        """The most output tokens (reasoning included) the call ``build_call`` makes for
+        ``request`` lets the vendor produce: what a budget hold is computed from. Never raises:
+        a request the vendor cannot express is refused later, by ``build_call``."""
+        ...
+
     def new_parser(self, provider: str) -> StreamParser: ...
 
     def parse_whole(self, provider: str, body: bytes) -> list[Event]:

@@ -336,6 +336,19 @@ def _check_system(system: Any) -> str:
     return _text_of(system)
 
 
+def _check_stop_sequences(stops: Any) -> None:
+    if stops is None:
+        return
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise _Invalid("stop_sequences: Input should be a valid list")
+    for stop in stops:
+        # Anthropic's words for each, as its API answers them.
+        if not stop:
+            raise _Invalid("stop_sequences: each stop sequence must be non-empty")
+        if not stop.strip():
+            raise _Invalid("stop_sequences: each stop sequence must contain non-whitespace")
+
+
 def _int_field(data: Mapping[str, Any], name: str) -> int:
     value = data.get(name)
     if value is None:
@@ -355,6 +368,7 @@ def _validate(data: Mapping[str, Any], config: SimConfig) -> MessagesRequest | A
         raise _Invalid("max_tokens: Input should be greater than or equal to 1")
     if "stream" in data and not isinstance(data["stream"], bool):
         raise _Invalid("stream: Input should be a valid boolean")
+    _check_stop_sequences(data.get("stop_sequences"))
     messages = _check_messages(data.get("messages"))
     system = _check_system(data.get("system"))
     tools = _check_tools(data.get("tools"))
@@ -362,9 +376,10 @@ def _validate(data: Mapping[str, Any], config: SimConfig) -> MessagesRequest | A
     thinking = _check_thinking(data, max_tokens, choice)
     if model != config.served_model_name:
         return anthropic_error(404, "not_found_error", f"model: {model}")
-    if max_tokens > config.max_model_len:
+    output_cap = config.max_output_tokens or config.max_model_len
+    if max_tokens > output_cap:
         raise _Invalid(
-            f"max_tokens: {max_tokens} > {config.max_model_len}, which is the maximum allowed "
+            f"max_tokens: {max_tokens} > {output_cap}, which is the maximum allowed "
             f"number of output tokens for {model}"
         )
     if system:

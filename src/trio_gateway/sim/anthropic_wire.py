@@ -36,6 +36,10 @@ DEFAULT_RETRY_AFTER_S = 1  # what a 429/529 says when the script gives no retry_
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
+def _stop_reason(generation: Generation) -> str:
+    return generation.vendor_finish or _STOP_REASONS[generation.finish_reason]
+
+
 def _fault_type(fault: Fault) -> tuple[str, str]:
     type_, message = ERROR_TYPES.get(
         fault.status, ("api_error" if fault.status >= 500 else "invalid_request_error", "")
@@ -165,7 +169,7 @@ class AnthropicStream:
             events.append(self._delta({"type": "input_json_delta", "partial_json": token.text}))
         if index == len(self._generation.tokens) - 1:
             events += self._close()
-            stop_reason = _STOP_REASONS[self._generation.finish_reason]
+            stop_reason = _stop_reason(self._generation)
             delta = {
                 "type": "message_delta",
                 "delta": {"stop_reason": stop_reason, "stop_sequence": None},
@@ -236,7 +240,7 @@ def message_body(
         "role": "assistant",
         "model": ctx.model,
         "content": content,
-        "stop_reason": _STOP_REASONS[generation.finish_reason],
+        "stop_reason": _stop_reason(generation),
         "stop_sequence": None,
         "usage": _usage(ctx, cached_tokens, produced, reasoning),
     }

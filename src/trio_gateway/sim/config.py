@@ -44,6 +44,10 @@ class SimConfig:
     max_num_seqs: int = attrs.field(default=8, validator=_positive_int)
     # --max-model-len: prompt + output tokens of one sequence.
     max_model_len: int = attrs.field(default=4096, validator=[*_positive_int, v.ge(2)])
+    # anthropic: the model's output cap, what `max_tokens` may be at most (Anthropic refuses
+    # more, in its words); 0: max_model_len. Claude models write far less than their context
+    # holds (Claude 3.5 Haiku: 8192 of 200K).
+    max_output_tokens: int = attrs.field(default=0, validator=_non_negative_int)
     # --api-key: when set, /v1/* needs `Authorization: Bearer <key>`.
     api_key: str | None = attrs.field(
         default=None,

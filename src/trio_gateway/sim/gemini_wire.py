@@ -510,6 +510,10 @@ class _Parts:
         return self._flush_call()
 
 
+def finish_reason(generation: Generation) -> str:
+    return generation.vendor_finish or _FINISH[generation.finish_reason]
+
+
 def _response(
     ctx: GeminiContext, parts: list[dict[str, Any]], usage: dict[str, Any], finish: str | None
 ) -> dict[str, Any]:
@@ -553,7 +557,7 @@ class GeminiStream:
         if not parts and not last:
             return []
         usage = _usage(self._ctx, index + 1, self._parts.thoughts, self._cached)
-        finish = _FINISH[self._generation.finish_reason] if last else None
+        finish = finish_reason(self._generation) if last else None
         frames = [self._frame(_response(self._ctx, parts or [{"text": ""}], usage, finish))]
         if last and not self._ctx.sse:
             frames.append(b"]")
@@ -580,4 +584,4 @@ def response_body(
                 parts.append(part)
     parts += acc.end()
     usage = _usage(ctx, produced, acc.thoughts, cached_tokens)
-    return _response(ctx, parts, usage, _FINISH[generation.finish_reason])
+    return _response(ctx, parts, usage, finish_reason(generation))

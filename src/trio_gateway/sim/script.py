@@ -115,11 +115,20 @@ class Finish:
 
 
 @attrs.frozen(kw_only=True)
+class VendorFinish:
+    """The dialect's own finish reason, sent as is (gemini, anthropic)."""
+
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
 class SplitUtf8:
     pass
 
 
-Step: TypeAlias = Reasoning | Text | ToolCall | Fault | Delay | Drop | Finish | SplitUtf8
+Step: TypeAlias = (
+    Reasoning | Text | ToolCall | Fault | Delay | Drop | Finish | VendorFinish | SplitUtf8
+)
 
 
 @attrs.frozen(kw_only=True)
@@ -174,6 +183,7 @@ _STEP_KEYS: dict[str, frozenset[str]] = {
     "delay_s": frozenset({"delay_s"}),
     "drop": frozenset({"drop"}),
     "finish": frozenset({"finish"}),
+    "vendor_finish": frozenset({"vendor_finish"}),
     "split_utf8": frozenset({"split_utf8"}),
 }
 
@@ -218,6 +228,11 @@ def _parse_step(step: Any, i: int) -> Step:
         if step[kind] is not True:
             raise ScriptError(f'"{kind}" must be true')
         return Drop() if kind == "drop" else SplitUtf8()
+    if kind == "vendor_finish":
+        vendor = step["vendor_finish"]
+        if not isinstance(vendor, str) or not vendor:
+            raise ScriptError('"vendor_finish" must be a non-empty string')
+        return VendorFinish(reason=vendor)
     reason = step["finish"]
     if reason not in ("stop", "length", "tool_calls"):
         raise ScriptError('"finish" must be "stop", "length" or "tool_calls"')
@@ -322,6 +337,9 @@ class Generation:
     fault_after: int | None = None
     script_key: str | None = None
     tool_calls: int = 0
+    # The dialect's own finish reason in place of the one `finish_reason` maps to (a script's
+    # `vendor_finish`: Gemini's MALFORMED_FUNCTION_CALL, Anthropic's refusal, ...).
+    vendor_finish: str | None = None
 
     @property
     def stop_after(self) -> int | None:
@@ -392,6 +410,7 @@ def plan_generation(request: ChatRequest, config: SimConfig) -> Generation:
     fault_delay = 0.0
     drop_after: int | None = None
     finish: FinishReason | None = None
+    vendor_finish: str | None = None
     split_utf8 = False
     tool_calls = 0
     think_open = False
@@ -445,6 +464,8 @@ def plan_generation(request: ChatRequest, config: SimConfig) -> Generation:
                 drop_after = len(out.tokens)
         elif isinstance(step, Finish):
             finish = step.reason
+        elif isinstance(step, VendorFinish):
+            vendor_finish = step.reason
         else:
             split_utf8 = True
     if think_open:
@@ -484,4 +505,5 @@ def plan_generation(request: ChatRequest, config: SimConfig) -> Generation:
         fault_after=fault_after,
         script_key=script.key or None,
         tool_calls=tool_calls,
+        vendor_finish=vendor_finish,
     )

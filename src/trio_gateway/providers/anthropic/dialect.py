@@ -50,6 +50,7 @@ from trio_gateway.providers.anthropic.request import (
     DROPPED_FIELDS,
     REFUSED_FIELDS,
     build_body,
+    requested_max_tokens,
 )
 from trio_gateway.providers.dialect import UpstreamCall, chat_only
 from trio_gateway.providers.errors import MAX_MESSAGE_CHARS, is_context_length, parse_retry_after
@@ -544,6 +545,10 @@ class AnthropicDialect:
                 "accept": "text/event-stream",
             },
         )
+
+    def max_output_tokens(self, request: ChatRequest, provider: ProviderConfig) -> int:
+        # The max_tokens sent: thinking comes out of it.
+        return requested_max_tokens(request.body, provider)
 
     def new_parser(self, provider: str) -> AnthropicStreamParser:
         return AnthropicStreamParser(provider)

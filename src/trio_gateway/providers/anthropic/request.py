@@ -9,17 +9,18 @@ not translated below is never sent. Every OpenAI field, and what Anthropic gets:
 ``model``                  ``provider.model``
 ``messages``               ``system`` + alternating ``messages`` (see :func:`translate_messages`)
 ``max_completion_tokens``  ``max_tokens`` (preferred over ``max_tokens``, as at OpenAI), else
-``max_tokens``             ``provider.default_max_tokens``; raised when thinking needs room
+``max_tokens``             ``provider.default_max_tokens``; at most the model's output cap;
+                           the thinking budget comes out of it
 ``temperature``            as is, clamped to 1 (Anthropic's range is 0..1); unset with thinking
 ``top_p``                  as is; raised to 0.95 with thinking (the least Anthropic then takes)
 ``top_k`` (vLLM's)         as is when positive (-1 and 0 are vLLM's "off"); unset with thinking
-``stop``                   ``stop_sequences`` (always a list)
+``stop``                   ``stop_sequences`` (always a list); whitespace-only ones dropped
 ``user``                   ``metadata.user_id``; ``safety_identifier`` when there is no ``user``
 ``tools``                  ``{name, description, input_schema, strict}``
 ``tool_choice``            ``{"type": auto|none|any|tool}``; any/tool become auto with thinking
 ``parallel_tool_calls``    ``false`` → ``tool_choice.disable_parallel_tool_use: true``
-``response_format``        ``json_schema`` → ``output_config.format``; ``text``, ``json_object``
-                           dropped (Anthropic has no schemaless JSON mode)
+``response_format``        ``json_schema`` → ``output_config.format``; ``text`` dropped (the
+                           default); ``json_object`` refused (no schemaless JSON mode)
 ``reasoning_effort``,      ``thinking`` (:func:`thinking_config`); off mid tool loop
 ``reasoning`` (gateway's)  (:func:`in_tool_loop`)
 ``stream``                 always ``true``
@@ -41,6 +42,7 @@ from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.request import ChatRequest
+from trio_gateway.providers.output_caps import client_output_limit, model_output_cap
 from trio_gateway.providers.translate import (
     budget_for,
     content_texts,
@@ -91,6 +93,9 @@ REFUSED_FIELDS: Final = frozenset({"functions", "function_call", "web_search_opt
 LEADING_USER_TEXT: Final = "."
 # Anthropic's tool_use ids must match this; other vendors' ids (and clients' own) may not.
 _TOOL_ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+# Anthropic's least thinking budget (``budget_tokens: Input should be greater than or equal to
+# 1024``): a limit that leaves less turns thinking off.
+MIN_THINKING_BUDGET: Final = 1024
 # With thinking on, Anthropic takes top_p only in [0.95, 1].
 THINKING_MIN_TOP_P: Final = 0.95
 
@@ -322,13 +327,22 @@ def translate_tool_choice(body: Mapping[str, Any], *, thinking: bool) -> Block |
 # --- the body ----------------------------------------------------------------------------------
 
 
+def anthropic_stop_sequences(stop: object) -> list[str]:
+    """OpenAI's ``stop`` as Anthropic takes it. Anthropic refuses a stop sequence with no
+    non-whitespace character (``stop_sequences: each stop sequence must contain
+    non-whitespace``), so those are dropped: ``"\\n"`` (a common "one line only") no longer
+    stops the answer, which is documented, rather than the whole request failing."""
+    return [s for s in stop_sequences(stop) if s.strip()]
+
+
 def requested_max_tokens(body: Mapping[str, Any], provider: ProviderConfig) -> int:
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = _given(body, key)
-        if value is not None:
-            return int(value)
-    # Anthropic requires max_tokens on every request.
-    return provider.default_max_tokens
+    """The ``max_tokens`` to send: the client's limit (``max_completion_tokens``, else
+    ``max_tokens``), else ``provider.default_max_tokens`` (Anthropic requires one), never past
+    the model's output cap (``output_caps.py``): Anthropic refuses a larger one, and a model
+    cannot write more anyway. ``body`` is the client's, with ``strip_fields`` removed."""
+    limit = client_output_limit(body, provider)
+    wanted = provider.default_max_tokens if limit is None else limit
+    return min(wanted, model_output_cap(provider))
 
 
 def in_tool_loop(messages: list[Block]) -> bool:
@@ -345,14 +359,14 @@ def in_tool_loop(messages: list[Block]) -> bool:
 
 def thinking_config(
     reasoning: bool | None, effort: str | None, provider: ProviderConfig, max_tokens: int
-) -> tuple[Block | None, int]:
-    """The ``thinking`` field and the ``max_tokens`` to send with it.
+) -> Block | None:
+    """The ``thinking`` field to send with ``max_tokens``.
 
-    Reasoning on: ``{"type": "enabled", "budget_tokens": B}`` with B from ``reasoning_effort``
+    Reasoning on: ``{"type": "enabled", "budget_tokens": B}``, B from ``reasoning_effort``
     (``translate.EFFORT_BUDGET_TOKENS``; ``medium`` when none is given). Anthropic counts
-    thinking inside ``max_tokens`` (as OpenAI counts reasoning inside ``max_completion_tokens``)
-    and wants B < max_tokens: a limit that leaves no room for the budget is raised to B + the
-    limit, so the answer still gets the tokens the client asked for.
+    thinking inside ``max_tokens``, as OpenAI counts reasoning inside ``max_completion_tokens``,
+    and wants 1024 <= B < max_tokens: so B comes out of the limit (at most ``max_tokens - 1``),
+    never on top of it, and a limit too small for 1024 thinking tokens turns thinking off.
 
     Reasoning off: ``{"type": "disabled"}`` for a provider configured with the ``reasoning``
     capability (a model that may think by default must be told not to); omitted otherwise, so
@@ -360,13 +374,13 @@ def thinking_config(
     default).
     """
     if reasoning:
-        budget = budget_for(effort)
-        if max_tokens <= budget:
-            max_tokens += budget
-        return {"type": "enabled", "budget_tokens": budget}, max_tokens
+        budget = min(budget_for(effort), max_tokens - 1)
+        if budget >= MIN_THINKING_BUDGET:
+            return {"type": "enabled", "budget_tokens": budget}
+        reasoning = False
     if reasoning is False and Capability.REASONING in provider.capabilities:
-        return {"type": "disabled"}, max_tokens
-    return None, max_tokens
+        return {"type": "disabled"}
+    return None
 
 
 def _sampling(body: Mapping[str, Any], out: dict[str, Any], *, thinking: bool) -> None:
@@ -389,8 +403,16 @@ def _sampling(body: Mapping[str, Any], out: dict[str, Any], *, thinking: bool) -
 
 def _output_config(body: Mapping[str, Any]) -> Block | None:
     response_format = _given(body, "response_format")
-    if response_format is None or response_format["type"] != "json_schema":
+    if response_format is None or response_format["type"] == "text":
         return None
+    if response_format["type"] == "json_object":
+        # Anthropic constrains output to a schema only: dropped, the answer would be free text
+        # where the client asked for JSON.
+        raise UnsupportedParameter(
+            "anthropic has no JSON mode without a schema: 'response_format' of type "
+            "'json_object' cannot be sent to it; give a json_schema with its schema",
+            param="response_format",
+        )
     schema = _given(response_format["json_schema"], "schema")
     if schema is None:
         raise InvalidRequest(
@@ -416,11 +438,9 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
         # Reasoning resumes with the next user turn; this step of the loop answers unthinking
         # rather than not at all.
         reasoning = False
-    thinking_on = bool(reasoning)
     max_tokens = requested_max_tokens(body, provider)
-    thinking, max_tokens = thinking_config(
-        reasoning, _given(body, "reasoning_effort"), provider, max_tokens
-    )
+    thinking = thinking_config(reasoning, _given(body, "reasoning_effort"), provider, max_tokens)
+    thinking_on = thinking is not None and thinking["type"] == "enabled"
     out: dict[str, Any] = {"model": provider.model, "max_tokens": max_tokens}
     if system:
         out["system"] = system
@@ -434,7 +454,7 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
     if thinking is not None:
         out["thinking"] = thinking
     _sampling(body, out, thinking=thinking_on)
-    stops = stop_sequences(_given(body, "stop"))
+    stops = anthropic_stop_sequences(_given(body, "stop"))
     if stops:
         out["stop_sequences"] = stops
     user = _given(body, "user") or _given(body, "safety_identifier")

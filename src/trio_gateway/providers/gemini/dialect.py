@@ -22,6 +22,7 @@ from urllib.parse import quote
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.errors import (
     GatewayError,
+    UnusableAnswer,
     UpstreamProtocolError,
     UpstreamServerError,
 )
@@ -45,10 +46,12 @@ from trio_gateway.providers.gemini.errors import (
     retry_delay_s,
 )
 from trio_gateway.providers.gemini.request import DROPPED_FIELDS, REFUSED_FIELDS, build_body
-from trio_gateway.providers.translate import new_tool_call_id
+from trio_gateway.providers.output_caps import held_output_tokens
+from trio_gateway.providers.translate import new_tool_call_id, redact_credentials
 
 __all__ = [
     "DROPPED_FIELDS",
+    "FAILED_FINISH_REASONS",
     "FINISH_REASONS",
     "REFUSED_FIELDS",
     "GeminiDialect",
@@ -63,16 +66,19 @@ __all__ = [
 # More parallel tool calls than any model makes: a bound on what one answer may hold.
 MAX_TOOL_CALLS: Final = 128
 
-# finishReason → OpenAI finish_reason. Every reason that means "the output was withheld or cut
-# by a filter" is content_filter. The rest (OTHER, LANGUAGE, MALFORMED_FUNCTION_CALL,
-# UNEXPECTED_TOOL_CALL, TOO_MANY_TOOL_CALLS, FINISH_REASON_UNSPECIFIED, and any new reason) end
-# the answer as it stands: stop, or tool_calls when calls were made.
+# finishReason → OpenAI finish_reason, for the reasons that end an answer (Google's FinishReason
+# enum: https://ai.google.dev/api/generate-content#FinishReason, and Vertex AI's, which adds
+# MODEL_ARMOR). Every reason meaning "the output was withheld or cut by a filter or a policy"
+# is content_filter, as OpenAI reports filtered output; a token limit is length.
 FINISH_REASONS: Final[Mapping[str, str]] = MappingProxyType(
     {
         "STOP": "stop",
         "MAX_TOKENS": "length",
+        # The per-request token limit was reached, generation not complete.
+        "CONTINUATION": "length",
         "SAFETY": "content_filter",
         "RECITATION": "content_filter",
+        "LANGUAGE": "content_filter",  # flagged for an unsupported language
         "BLOCKLIST": "content_filter",
         "PROHIBITED_CONTENT": "content_filter",
         "SPII": "content_filter",
@@ -80,8 +86,29 @@ FINISH_REASONS: Final[Mapping[str, str]] = MappingProxyType(
         "IMAGE_PROHIBITED_CONTENT": "content_filter",
         "IMAGE_RECITATION": "content_filter",
         "MODEL_ARMOR": "content_filter",
+        "ESCALATION": "content_filter",  # filtered by an escalation rule
     }
 )
+# The reasons that mean the model failed to answer: an empty or cut answer that would look like
+# success as "stop". They end the request with an ``upstream_error`` naming the reason (in-band
+# once the client has seen the answer begin); so does any reason not in either table.
+FAILED_FINISH_REASONS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "FINISH_REASON_UNSPECIFIED": "no reason given",
+        "OTHER": "stopped for a reason not otherwise specified",
+        "MALFORMED_FUNCTION_CALL": "the model generated a function call that cannot be parsed",
+        "UNEXPECTED_TOOL_CALL": "the model called a tool that is not declared or not enabled",
+        "TOO_MANY_TOOL_CALLS": "the model made too many tool calls in one request",
+        "MISSING_THOUGHT_SIGNATURE": "a thought signature is missing from the request",
+        "MALFORMED_RESPONSE": "the model's response was malformed",
+        "IMAGE_OTHER": "image generation stopped for a reason not otherwise specified",
+        "NO_IMAGE": "the model was expected to generate an image and did not",
+        "PUP_LIMITED_DISABLED": "the account is limited or disabled for Prohibited Use "
+        "Policy violations",
+    }
+)
+# Of Gemini's own words for the failure (``finishMessage``), this much is kept.
+MAX_FINISH_MESSAGE_CHARS: Final = 500
 
 
 # --- errors ------------------------------------------------------------------------------------
@@ -117,6 +144,10 @@ class GeminiStreamParser:
     seen (none at all: no ``Usage`` event, rather than an invented zero). A close before any
     ``finishReason`` is an ``UpstreamProtocolError``.
 
+    A ``finishReason`` that means the model produced no answer (:data:`FAILED_FINISH_REASONS`,
+    and any reason in neither table) is raised as :class:`UnusableAnswer`, an ``upstream_error``
+    naming it, once the chunk's usage is kept: an empty answer must not look like success.
+
     A prompt blocked before generation (``promptFeedback.blockReason``, no candidates) is an
     answer with no content and ``finish_reason: content_filter``, as OpenAI reports filtered
     output: the request was well formed, and another vendor's filter is not a retry to try.
@@ -132,6 +163,7 @@ class GeminiStreamParser:
         self._started = False
         self._done = False
         self._finish_reason: str | None = None  # OpenAI's, once Gemini has said it
+        self._failed: UnusableAnswer | None = None  # a finishReason that is no answer
         self._usage: Usage | None = None
         self._tool_calls = ToolCallAssembler()
         self._tool_count = 0
@@ -212,8 +244,11 @@ class GeminiStreamParser:
             return events + self._finish()
         if isinstance(metadata, dict):
             self._unmetered_chars = 0  # the count covers this chunk too
-            if self._finish_reason is not None:
-                events += self._finish()
+        if self._failed is not None:
+            # The usage so far is kept (usage_so_far): what was generated is billed.
+            raise self._failed
+        if isinstance(metadata, dict) and self._finish_reason is not None:
+            events += self._finish()
         return events
 
     @staticmethod
@@ -235,11 +270,21 @@ class GeminiStreamParser:
         if reason is not None:
             if not isinstance(reason, str):
                 raise self._malformed("'finishReason' is not a string")
-            finish = FINISH_REASONS.get(reason, "stop")
+            finish = FINISH_REASONS.get(reason)
+            if finish is None:
+                self._failed = self._unusable(reason, candidate.get("finishMessage"))
+                return
             if finish == "stop" and self._tool_count:
                 # The answer ends in tool calls, whatever Gemini named its stop.
                 finish = "tool_calls"
             self._finish_reason = finish
+
+    def _unusable(self, reason: str, message: object) -> UnusableAnswer:
+        what = FAILED_FINISH_REASONS.get(reason, "a finish reason the gateway does not know")
+        text = f"{self._provider}: the answer ended with finishReason {reason} ({what})"
+        if isinstance(message, str) and message:
+            text += ": " + redact_credentials(message)[:MAX_FINISH_MESSAGE_CHARS]
+        return UnusableAnswer(text, provider=self._provider)
 
     def _part(self, part: object, events: list[Event]) -> None:
         if not isinstance(part, dict):
@@ -334,6 +379,10 @@ class GeminiDialect:
             body=json.dumps(body, ensure_ascii=False).encode(),
             headers={"content-type": "application/json", "accept": "text/event-stream"},
         )
+
+    def max_output_tokens(self, request: ChatRequest, provider: ProviderConfig) -> int:
+        # maxOutputTokens is the client's limit, thoughts inside it; none: the model's cap.
+        return held_output_tokens(request.body, provider)
 
     def new_parser(self, provider: str) -> GeminiStreamParser:
         return GeminiStreamParser(provider)

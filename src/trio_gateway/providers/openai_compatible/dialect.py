@@ -14,6 +14,7 @@ from typing import Any
 
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.capability import Capability
+from trio_gateway.core.endpoints import COMPLETIONS_DEFAULT_MAX_TOKENS, completion_choices
 from trio_gateway.core.errors import GatewayError, UpstreamProtocolError
 from trio_gateway.core.events import (
     Event,
@@ -33,6 +34,7 @@ from trio_gateway.providers.dialect import UpstreamCall
 from trio_gateway.providers.errors import classify_inband, classify_status
 from trio_gateway.providers.openai_compatible.endpoints import MAX_EMBEDDINGS_BYTES, KindReader
 from trio_gateway.providers.openai_compatible.usage import parse_usage
+from trio_gateway.providers.output_caps import held_output_tokens
 
 # Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
 IGNORED_FIELDS = frozenset({"store", "metadata", "user"})
@@ -321,6 +323,18 @@ class OpenAICompatibleDialect:
             reader=KindReader(RequestKind.EMBEDDINGS, self.classify_error),
             max_whole_bytes=MAX_EMBEDDINGS_BYTES,
         )
+
+    def max_output_tokens(self, request: ChatRequest, provider: ProviderConfig) -> int:
+        if request.kind is RequestKind.EMBEDDINGS:
+            return 0  # an embedding generates nothing
+        if request.kind is RequestKind.COMPLETIONS:
+            # Each prompt, n times, may generate max_tokens (the vendors' default: 16).
+            limit = request.body.get("max_tokens")
+            per_choice = limit if type(limit) is int else COMPLETIONS_DEFAULT_MAX_TOKENS
+            return per_choice * completion_choices(request.body)
+        # The client's limit goes as is (OpenAI: as max_completion_tokens); without one, the
+        # model's cap (vLLM: the context left, unknown here: see held_output_tokens).
+        return held_output_tokens(request.body, provider)
 
     def new_parser(self, provider: str) -> ChunkParser:
         return ChunkParser(provider)
