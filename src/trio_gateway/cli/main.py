@@ -19,6 +19,7 @@ from trio_gateway.cli.reload import reload_main
 from trio_gateway.cli.usage import usage_main
 from trio_gateway.config.load import load_config
 from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError, GatewayConfig
+from trio_gateway.core.words import counted
 from trio_gateway.ops.log_queue import configure_logging
 from trio_gateway.ops.sd_notify import notify, reloading
 from trio_gateway.process.reloader import LoadConfig
@@ -56,12 +57,34 @@ def _parser() -> argparse.ArgumentParser:
         choices=("text", "json"),
         help="text lines, or JSON lines for log shippers (default: text)",
     )
-    check = commands.add_parser("check", help="validate a config file without serving")
-    check.add_argument("file", nargs="?", default=DEFAULT_CONFIG_NAME)
-    init = commands.add_parser(
-        "init", help="write a starter gateway.toml (the built-in simulator default)"
+    check = commands.add_parser(
+        "check",
+        help="validate a config file without serving",
+        description="Read a config file as `serve` would, and report every problem at once "
+        "(exit status 2), or `ok` and what it defines. Keys that do nothing are warned about.",
     )
-    init.add_argument("path", nargs="?", default=DEFAULT_CONFIG_NAME)
+    check.add_argument(
+        "file",
+        nargs="?",
+        default=DEFAULT_CONFIG_NAME,
+        metavar="FILE",
+        help="the config file (default: ./gateway.toml); the files it names are read, "
+        "relative ones from its directory",
+    )
+    init = commands.add_parser(
+        "init",
+        help="write a starter gateway.toml (the built-in simulator default)",
+        description="Write the starter config: the built-in vLLM simulator behind two aliases, "
+        "open to this machine only. `trio-gateway serve` then serves it.",
+    )
+    init.add_argument(
+        "path",
+        nargs="?",
+        default=DEFAULT_CONFIG_NAME,
+        metavar="PATH",
+        help="the file to write (default: ./gateway.toml); an existing directory gets "
+        "PATH/gateway.toml",
+    )
     init.add_argument("--force", action="store_true", help="replace an existing file")
     commands.add_parser("sim", help="run the vLLM simulator (see: trio-gateway sim --help)")
     commands.add_parser("keys", help="create and list API keys (see: trio-gateway keys --help)")
@@ -163,7 +186,14 @@ def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
     return out
 
 
-def _init(path: Path, *, force: bool) -> int:
+def _init(given: str, *, force: bool) -> int:
+    path = Path(given)
+    # A directory (or a name ending in /, as a directory is typed) gets its gateway.toml.
+    if path.is_dir() or given.endswith("/"):
+        path = path / DEFAULT_CONFIG_NAME
+    if path.is_dir():
+        print(f"trio-gateway: {path} is a directory; give a file name", file=sys.stderr)
+        return 1
     if path.exists() and not force:
         print(f"trio-gateway: {path} exists; keeping it (--force replaces it)", file=sys.stderr)
         return 1
@@ -196,14 +226,15 @@ def main(argv: list[str] | None = None) -> int:
         return reload_main(args_in[1:])
     args = _parser().parse_args(args_in)
     if args.command == "init":
-        return _init(Path(args.path), force=args.force)
+        return _init(args.path, force=args.force)
     if args.command == "check":
         config = _load(args.file)
         if config is None:
             return EXIT_CONFIG
-        print(
-            f"{args.file}: ok ({len(config.aliases)} aliases, {len(config.providers())} providers)"
-        )
+        for warning in config.warnings:
+            print(f"{args.file}: warning: {warning}", file=sys.stderr)
+        aliases = counted(len(config.aliases), "alias", "aliases")
+        print(f"{args.file}: ok ({aliases}, {counted(len(config.providers()), 'provider')})")
         return 0
     with configure_logging(args.log_level, args.log_format):
         config = _load(args.config, args.listen)

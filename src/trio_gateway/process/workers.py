@@ -30,6 +30,7 @@ from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.ops.sd_notify import notify
 from trio_gateway.process.serve import (
     hypercorn_config,
+    listen_origin,
     listening_on,
     listening_sockets,
     start_simulators,
@@ -76,7 +77,7 @@ class Supervisor:
                 graceful_timeout_s=config.server.drain_timeout_s,
                 websocket_max_message_bytes=config.websocket.max_message_bytes,
             )
-            with listening_on(config.server.listen, "server.listen"):
+            with listening_on(config.server.listen, listen_origin(config)):
                 sockets = listening_sockets(
                     hc, stall_timeout_s=config.server.client_stall_timeout_s
                 )
