@@ -7,6 +7,8 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from importlib.resources import files
 from pathlib import Path
@@ -22,7 +24,8 @@ from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError, Gateway
 from trio_gateway.core.words import counted
 from trio_gateway.ops.log_queue import configure_logging
 from trio_gateway.ops.sd_notify import notify, reloading
-from trio_gateway.process.reloader import LoadConfig
+from trio_gateway.process.reload_status import StatusFile
+from trio_gateway.process.reloader import LoadConfig, ReloadOutcome
 from trio_gateway.process.serve import GatewayHandle, freeze_start_up, serve_gateway
 from trio_gateway.process.workers import serve_workers
 from trio_gateway.sim import sim_main
@@ -119,7 +122,11 @@ async def _serve_until_signalled(
     (and the keys file); a bad file changes nothing (reloader.py). A ``worker`` (workers.py)
     serves the socket its supervisor passed, and drains when the supervisor is gone."""
     log = logging.getLogger("trio_gateway")
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    status = StatusFile()
+    with (
+        trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals,
+        _removed_at_exit(status),
+    ):
         first_signal = trio.Event()
 
         async def wait_first() -> None:
@@ -146,6 +153,13 @@ async def _serve_until_signalled(
             freeze_start_up()
             # A worker's supervisor speaks for it to systemd (its environment has no socket).
             notify(f"READY=1\nSTATUS=serving on {handle.base_url}")
+            # Where `trio-gateway reload` reads what became of the SIGHUP it sent.
+            await status.write(None, (), "serving")
+
+            async def said(outcome: ReloadOutcome) -> None:
+                await status.write(outcome.applied, outcome.problems, outcome.summary)
+
+            handle.reloader.on_outcome = said
 
             async def reload() -> None:
                 notify(reloading())
@@ -167,6 +181,14 @@ async def _serve_until_signalled(
                     first_signal.set()
                 else:
                     nursery.cancel_scope.cancel(reason="second signal")
+
+
+@contextmanager
+def _removed_at_exit(status: StatusFile) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        status.remove()
 
 
 async def _watch_lifeline(fd: int, stop: trio.Event) -> None:
