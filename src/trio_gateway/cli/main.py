@@ -1,4 +1,4 @@
-"""``trio-gateway serve | check | init | reload | sim | keys | usage``."""
+"""``trio-gateway serve | check | init | reload | stop | sim | keys | usage``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import trio
 from trio_gateway import __version__
 from trio_gateway.cli.keys import keys_main
 from trio_gateway.cli.reload import reload_main
+from trio_gateway.cli.stop import stop_main
 from trio_gateway.cli.usage import usage_main
 from trio_gateway.config.load import load_config
 from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError, GatewayConfig
@@ -27,7 +28,7 @@ from trio_gateway.ops.sd_notify import notify, reloading
 from trio_gateway.process.reload_status import StatusFile
 from trio_gateway.process.reloader import LoadConfig, ReloadOutcome
 from trio_gateway.process.serve import GatewayHandle, freeze_start_up, serve_gateway
-from trio_gateway.process.workers import serve_workers
+from trio_gateway.process.workers import second_signal_hint, serve_workers
 from trio_gateway.sim import sim_main
 
 EXIT_CONFIG = 2
@@ -94,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("usage", help="usage records from the ledger (see: --help)")
     commands.add_parser(
         "reload", help="check the config, then make the running gateway reload it (see: --help)"
+    )
+    commands.add_parser(
+        "stop", help="make the gateways serving a config drain and exit (see: --help)"
     )
     return parser
 
@@ -173,13 +177,15 @@ async def _serve_until_signalled(
                     nursery.start_soon(reload)
                 elif not first_signal.is_set():
                     log.info(
-                        "%s: draining for up to %g s",
+                        "%s: draining for up to %g s (%s stops at once)",
                         signal.Signals(signum).name,
                         config.server.drain_timeout_s,
+                        second_signal_hint(signum),
                     )
                     notify("STOPPING=1\nSTATUS=draining")
                     first_signal.set()
                 else:
+                    log.warning("%s again: stopping at once", signal.Signals(signum).name)
                     nursery.cancel_scope.cancel(reason="second signal")
 
 
@@ -246,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         return usage_main(args_in[1:])
     if args_in[:1] == ["reload"]:
         return reload_main(args_in[1:])
+    if args_in[:1] == ["stop"]:
+        return stop_main(args_in[1:])
     args = _parser().parse_args(args_in)
     if args.command == "init":
         return _init(args.path, force=args.force)

@@ -53,6 +53,13 @@ def worker_command(argv: Sequence[str], fd: int, lifeline: int) -> list[str]:
     return [sys.executable, "-m", "trio_gateway", *argv, *inherited]
 
 
+def second_signal_hint(signum: int) -> str:
+    """What stops a drain at once, said the way whoever sent ``signum`` would do it again."""
+    if signum == signal.SIGINT:
+        return "a second Ctrl-C"
+    return f"a second {signal.Signals(signum).name}"
+
+
 def restart_pause(previous_s: float, ran_s: float) -> float:
     """How long to wait before starting again a worker that ran ``ran_s`` (pure)."""
     if ran_s >= STARTED_OK_AFTER_S:
@@ -138,10 +145,15 @@ class Supervisor:
     async def _forward(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
             name = signal.Signals(signum).name
+            hint = ""
             if signum != signal.SIGHUP:
+                if not self.stopping:
+                    hint = f", which drain ({second_signal_hint(signum)} stops them at once)"
                 self.stopping = True
                 notify("STOPPING=1\nSTATUS=draining")
-            log.info("supervisor: %s: passing it on to %d workers", name, len(self._processes))
+            log.info(
+                "supervisor: %s: passing it on to %d workers%s", name, len(self._processes), hint
+            )
             for process in list(self._processes.values()):
                 if process.returncode is None:
                     process.send_signal(signum)
