@@ -88,3 +88,12 @@ def test_keys_list_reads_the_keys_file_the_config_names(tmp_path: Path) -> None:
     open_config = run("keys", "list", cwd=bare)
     assert open_config.returncode == 2
     assert "gateway.toml has no [auth] keys_file; give --keys-file PATH" in open_config.stderr
+
+
+def test_a_config_is_read_only_when_something_needs_it(tmp_path: Path) -> None:
+    (tmp_path / "gateway.toml").write_text("[server\n")  # not TOML
+    assert run("keys", "new", "bob", "--keys-file", "k.toml", cwd=tmp_path).returncode == 0
+    assert run("keys", "list", "--keys-file", "k.toml", cwd=tmp_path).returncode == 0
+    checked = run("keys", "new", "eve", "--keys-file", "k.toml", "--aliases", "a", cwd=tmp_path)
+    assert checked.returncode == 2
+    assert "gateway.toml: not valid TOML" in checked.stderr

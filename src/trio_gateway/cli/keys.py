@@ -99,9 +99,12 @@ def _file_arguments(command: argparse.ArgumentParser, keys_file: str) -> None:
     )
 
 
-def _outline(args: argparse.Namespace) -> ConfigOutline | None:
+def _outline(args: argparse.Namespace, *, aliases: bool) -> ConfigOutline | None:
     """The config that reads this keys file: ``--config``, else ./gateway.toml if there is
-    one (as ``serve`` and ``check`` find it), else None. Raises ConfigError."""
+    one (as ``serve`` and ``check`` find it), else None; not read when nothing needs it (a
+    ``--keys-file`` and no ``aliases`` to check). Raises ConfigError."""
+    if args.config is None and args.keys_file is not None and not aliases:
+        return None
     if args.config is None and not Path(DEFAULT_CONFIG_NAME).is_file():
         return None
     return outline_config(args.config or DEFAULT_CONFIG_NAME)
@@ -115,10 +118,12 @@ def _keys_path(args: argparse.Namespace, outline: ConfigOutline | None) -> Path 
     return None
 
 
-def _locate(args: argparse.Namespace) -> tuple[Path, ConfigOutline | None] | int:
+def _locate(
+    args: argparse.Namespace, *, aliases: bool = False
+) -> tuple[Path, ConfigOutline | None] | int:
     """The keys file and the config it belongs to, or the exit status after saying why not."""
     try:
-        outline = _outline(args)
+        outline = _outline(args, aliases=aliases)
     except ConfigError as exc:
         return _fail(exc.source, exc.problems)
     path = _keys_path(args, outline)
@@ -212,7 +217,7 @@ def _describe(aliases: tuple[str, ...], rpm: object, tpm: object, budget: object
 
 
 def _new(args: argparse.Namespace) -> int:
-    located = _locate(args)
+    located = _locate(args, aliases=bool(args.aliases))
     if isinstance(located, int):
         return located
     path, outline = located

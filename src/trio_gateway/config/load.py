@@ -315,10 +315,11 @@ _NOT_FILES = ("", "none", ":memory:")
 
 
 def resolve_paths(raw: dict[str, Any], base_dir: Path) -> None:
-    """Make every file path of a config's TOML (``PATH_KEYS``) absolute, a relative one taken
-    from ``base_dir``, in place: a config means the same files whatever the working directory
-    of the command reading it, and every message names the file it tried. A value of the
-    wrong type is left for the structure's check to name."""
+    """Make every file path of a config's TOML (``auth.keys_file``, ``usage.ledger``, and a
+    provider's ``PROVIDER_PATH_KEYS``) absolute, a relative one taken from ``base_dir``, in
+    place: a config means the same files whatever the working directory of the command
+    reading it, and every message names the file it tried. A value of the wrong type is left
+    for the structure's check to name."""
 
     def resolve(table: object, key: str) -> None:
         value = table.get(key) if isinstance(table, dict) else None
