@@ -60,3 +60,14 @@ def test_a_directory_others_may_write_is_neither_used_nor_trusted(
 )
 def test_anything_else_in_the_file_is_no_status(text: str) -> None:
     assert ReloadStatus.from_json(text) is None
+
+
+async def test_at_start_the_files_of_processes_gone_are_removed(tmp_path: Path) -> None:
+    directory = tmp_path / "trio-gateway"
+    directory.mkdir(mode=0o700)
+    stale = status_path(directory, 2**22 + 1)  # past Linux's PID_MAX_LIMIT: no such process
+    alive = status_path(directory, os.getppid())
+    for path in (stale, alive):
+        path.write_text("{}")
+    await StatusFile({"XDG_RUNTIME_DIR": str(tmp_path)}).write(None, (), "serving")
+    assert not stale.exists() and alive.exists()

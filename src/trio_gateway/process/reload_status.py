@@ -89,6 +89,16 @@ def _private(path: Path, uid: int, kind: int) -> bool:
     )
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's: alive
+    return True
+
+
 def read_status(directory: Path, pid: int, uid: int) -> ReloadStatus | None:
     """The status of process ``pid`` (of user ``uid``); None when there is none to trust."""
     path = status_path(directory, pid)
@@ -131,6 +141,13 @@ class StatusFile:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    def _remove_stale(self) -> None:
+        """The files of processes gone without removing theirs (kill -9), at this one's start."""
+        for path in self.directory.glob("reload-*.json"):
+            pid = path.name.removeprefix("reload-").removesuffix(".json")
+            if pid.isdigit() and int(pid) != self.pid and not _alive(int(pid)):
+                path.unlink(missing_ok=True)
+
     async def write(self, applied: bool | None, problems: tuple[str, ...], summary: str) -> None:
         """Say the latest outcome (``applied`` None: serving, no reload yet). A status that
         cannot be written is logged once; the gateway serves on, and ``reload`` times out."""
@@ -147,6 +164,8 @@ class StatusFile:
         )
         try:
             await trio.to_thread.run_sync(self._write, status)
+            if applied is None:
+                await trio.to_thread.run_sync(self._remove_stale)
         except OSError as exc:
             self.usable = False
             log.warning(
