@@ -233,7 +233,7 @@ class LoadSeries:
 
 async def sample_loads(urls: Sequence[str], interval_s: float, t0: float, into: LoadSeries) -> None:
     """Until cancelled: every ``interval_s``, each simulator's ``/load`` (a few bytes of JSON,
-    cheap for the simulator, unlike ``/sim/stats`` which copies recorded request bodies)."""
+    cheap for the simulator, like ``/sim/stats`` without ``?bodies=1``)."""
     async with httpx.AsyncClient(timeout=1.0, trust_env=False) as client:
         tick = trio.current_time()
         while True:

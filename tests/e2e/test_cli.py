@@ -226,4 +226,4 @@ def test_listen_elsewhere_than_loopback_needs_auth(tmp_path: Path) -> None:
     config.write_text(config.read_text().replace("[auth]\nopen = true\n", ""))
     result = run("serve", "--config", str(config), "--listen", "0.0.0.0:1", cwd=tmp_path)
     assert result.returncode == 2
-    assert "server.listen '0.0.0.0:1' is not a loopback address" in result.stderr
+    assert "auth: --listen '0.0.0.0:1' is not a loopback address" in result.stderr

@@ -87,7 +87,7 @@ class Fleet:
 
     async def last_body(self, name: str) -> dict[str, Any]:
         async with httpx.AsyncClient() as client:
-            stats = (await client.get(self.sims[name].base_url + "/sim/stats")).json()
+            stats = (await client.get(self.sims[name].base_url + "/sim/stats?bodies=1")).json()
         body: dict[str, Any] = stats["last_request_body"]
         return body
 

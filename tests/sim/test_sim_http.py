@@ -341,13 +341,18 @@ async def test_stats_show_what_was_sent_and_reset(
     body = {"messages": PARIS, "max_tokens": 3, "user": "u", "metadata": {"k": "v"}}
     headers = {"Authorization": f"Bearer {KEY}", "X-Request-Id": "abc"}
     await client.post(sim.base_url + "/v1/chat/completions", json=body, headers=headers)
-    stats = (await client.get(sim.base_url + "/sim/stats")).json()
+    # By default the recorded requests are counted, not shown: a prompt is not a statistic.
+    plain = (await client.get(sim.base_url + "/sim/stats")).json()
+    assert plain["recorded_requests"] == 1
+    assert not {"last_request_body", "last_request_bodies", "last_request_headers"} & set(plain)
+    assert "paris" not in json.dumps(plain)
+    stats = (await client.get(sim.base_url + "/sim/stats?bodies=1")).json()
     assert stats["last_request_body"] == body
     assert stats["last_request_headers"][-1]["x-request-id"] == "abc"
     assert stats["last_request_headers"][-1]["authorization"] == "<redacted>"
     assert (stats["requests"], stats["finished"], stats["tokens_generated"]) == (1, 1, 3)
     assert (await client.post(sim.base_url + "/sim/reset")).status_code == 200
-    stats = (await client.get(sim.base_url + "/sim/stats")).json()
+    stats = (await client.get(sim.base_url + "/sim/stats?bodies=1")).json()
     assert (stats["requests"], stats["tokens_generated"], stats["last_request_bodies"]) == (
         0,
         0,

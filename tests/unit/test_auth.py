@@ -259,7 +259,12 @@ def test_a_bad_new_file_keeps_the_old_ring_and_logs_every_problem(
     messages = [r.getMessage() for r in caplog.records]
     assert any("keys.bob.rpm: expected an integer" in m for m in messages)
     assert any("keys.bob.aliases[0]: unknown alias 'nope'" in m for m in messages)
-    assert any("still using the 1 keys loaded before" in m for m in messages)
+    # The last line names the key that broke the file, and what its callers meet.
+    assert messages[-1].endswith(
+        "keys.toml: not reloaded: key 'bob' invalid (2 problems); still using the 1 key loaded "
+        "before, so a key added since gets 401 until the file is fixed"
+    )
+    assert caplog.records[-1].levelno == logging.ERROR
     # Said once per change, not once per check.
     caplog.clear()
     clock.now += 1

@@ -204,7 +204,7 @@ def documented_examples() -> list[str]:
 
 
 def test_the_documented_example_parses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    [example] = [e for e in documented_examples() if "prompt-enhance" in e]
+    [example] = [e for e in documented_examples() if "prompt-enhance" in e and "[server]" in e]
     # It listens on 0.0.0.0, so it names a keys file, which must exist.
     monkeypatch.chdir(tmp_path)
     (tmp_path / "keys.toml").write_text("")

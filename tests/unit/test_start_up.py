@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from trio_gateway.config.load import parse_config
+from trio_gateway.fronts.app import open_keys
 from trio_gateway.process.serve import warn_unused_keys
 
 BASE = """
@@ -21,20 +22,38 @@ model = "m"
 """
 
 
+@pytest.mark.parametrize("value", [8, 64])
 def test_stream_buffer_events_is_accepted_and_said_to_have_no_effect(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, value: int
 ) -> None:
-    config = parse_config("[server]\nstream_buffer_events = 8\n" + BASE)
+    # Set to its old default too: what the file says is what is warned about.
+    config = parse_config(f"[server]\nstream_buffer_events = {value}\n" + BASE, source="gw.toml")
     with caplog.at_level(logging.WARNING, logger="trio_gateway"):
         warn_unused_keys(config)
     [record] = caplog.records
-    assert record.getMessage().startswith("server.stream_buffer_events = 8 has no effect")
+    assert record.getMessage().startswith("gw.toml: server.stream_buffer_events: has no effect")
 
 
 def test_a_config_without_it_gets_no_warning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="trio_gateway"):
         warn_unused_keys(parse_config(BASE))
     assert caplog.records == []
+
+
+@pytest.mark.parametrize(
+    ("listen", "level"), [("127.0.0.1:8080", logging.INFO), ("0.0.0.0:8080", logging.WARNING)]
+)
+def test_an_open_gateway_others_can_reach_is_a_warning(
+    caplog: pytest.LogCaptureFixture, listen: str, level: int
+) -> None:
+    config = parse_config(f'[server]\nlisten = "{listen}"\n[auth]\nopen = true\n' + BASE)
+    with caplog.at_level(logging.INFO, logger="trio_gateway"):
+        assert open_keys(config) is None
+    [record] = caplog.records
+    assert record.levelno == level
+    assert record.getMessage() == (
+        f"auth: OPEN (no keys file): [auth] open = true, any caller reaching {listen} is served"
+    )
 
 
 def test_start_up_is_frozen_out_of_the_collector_s_walks() -> None:

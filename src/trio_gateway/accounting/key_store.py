@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 from trio_gateway.core.errors import Unauthorized
 from trio_gateway.core.keys import ApiKey, KeyRing, KeysFileError, load_keys
+from trio_gateway.core.words import counted
 
 log = logging.getLogger("trio_gateway")
 
@@ -95,24 +96,31 @@ class KeyStore:
             return
         if stamp is None:
             if self._stamp is not None:  # say it once, not every second
-                self._log_kept(problems)
+                self._log_kept(problems, ())
             self._stamp = None
             return
         self._stamp = stamp
         try:
             ring = load_keys(self.path, known_aliases=self._known_aliases)
         except KeysFileError as exc:
-            self._log_kept(exc.problems)
+            self._log_kept(exc.problems, exc.keys)
             return
-        log.info("auth: %d keys from %s (reloaded)", len(ring), self.path)
+        log.info("auth: %s from %s (reloaded)", counted(len(ring), "key"), self.path)
         self._ring = ring
 
-    def _log_kept(self, problems: list[str]) -> None:
+    def _log_kept(self, problems: list[str], broken: Sequence[str]) -> None:
+        """One error per problem, then which keys broke the file and what callers meet: the
+        whole file is refused, so a key added in the same change is refused too (401)."""
         for problem in problems:
             log.error("keys file %s: %s", self.path, problem)
+        what = counted(len(problems), "problem")
+        if broken:
+            names = ", ".join(repr(name) for name in broken)
+            what = f"{'key' if len(broken) == 1 else 'keys'} {names} invalid ({what})"
         log.error(
-            "keys file %s: %d problem(s); still using the %d keys loaded before",
+            "keys file %s: not reloaded: %s; still using the %s loaded before, so a key "
+            "added since gets 401 until the file is fixed",
             self.path,
-            len(problems),
-            len(self._ring),
+            what,
+            counted(len(self._ring), "key"),
         )

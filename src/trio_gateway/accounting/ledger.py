@@ -91,11 +91,12 @@ def ledger_path(config: GatewayConfig) -> str | None:
         return None
     if ledger == LEDGER_MEMORY:
         return LEDGER_MEMORY
-    source = Path(config.source)
+    # Absolute, so the start-up line and every error say which file it is.
+    folder = Path(config.source).absolute().parent
     if ledger is None:
-        return str(source.parent / DEFAULT_LEDGER_NAME) if source.is_file() else LEDGER_MEMORY
+        return str(folder / DEFAULT_LEDGER_NAME) if Path(config.source).is_file() else LEDGER_MEMORY
     path = Path(ledger).expanduser()
-    return str(path if path.is_absolute() else source.parent / path)
+    return str(path if path.is_absolute() else folder / path)
 
 
 def connect(path: str) -> sqlite3.Connection:

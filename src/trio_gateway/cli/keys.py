@@ -1,5 +1,9 @@
 """``trio-gateway keys new | list``: create API keys and show who has one.
 
+Both find the keys file as the gateway does: ``--keys-file``, else the ``[auth] keys_file`` of
+the config (``--config``, else ./gateway.toml). ``new`` checks ``--aliases`` against that
+config's aliases: a keys file naming an alias the config lacks is refused whole by the gateway.
+
 ``new`` prints the key once, alone on its last line (``keys new ... | tail -n 1``), and writes
 only its SHA-256 to the keys file: appended as a new table, so comments and the other entries
 stay as they were, through a temporary file renamed over the old one (mode 0600), so
@@ -16,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from trio_gateway.config.load import ConfigOutline, outline_config
+from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError
 from trio_gateway.core.keys import (
     NAME_PATTERN,
     KeyRing,
@@ -67,16 +73,89 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     new = commands.add_parser("new", help="create a key; print it once, on the last line")
     new.add_argument("name", help="the key's name: 1 to 64 of A-Z a-z 0-9 _ -")
-    new.add_argument("--keys-file", required=True, help="the keys file (created if missing)")
+    _file_arguments(new, "the keys file (created if missing)")
     new.add_argument(
-        "--aliases", type=_aliases, default=(), help="comma-separated aliases (default: all)"
+        "--aliases",
+        type=_aliases,
+        default=(),
+        help="comma-separated aliases, each one the config has (default: all)",
     )
     new.add_argument("--rpm", type=_positive_int, help="requests per minute (stored)")
     new.add_argument("--tpm", type=_positive_int, help="tokens per minute (stored)")
     new.add_argument("--budget", type=_budget, help="spending budget (stored)")
     listing = commands.add_parser("list", help="the keys' names and limits, never the keys")
-    listing.add_argument("--keys-file", required=True)
+    _file_arguments(listing, "the keys file")
     return parser
+
+
+def _file_arguments(command: argparse.ArgumentParser, keys_file: str) -> None:
+    command.add_argument(
+        "--keys-file", help=f"{keys_file} (default: the config's [auth] keys_file)"
+    )
+    command.add_argument(
+        "--config",
+        help="the gateway's config, for its aliases and keys file "
+        f"(default: ./{DEFAULT_CONFIG_NAME} when there is one)",
+    )
+
+
+def _outline(args: argparse.Namespace, *, aliases: bool) -> ConfigOutline | None:
+    """The config that reads this keys file: ``--config``, else ./gateway.toml if there is
+    one (as ``serve`` and ``check`` find it), else None; not read when nothing needs it (a
+    ``--keys-file`` and no ``aliases`` to check). Raises ConfigError."""
+    if args.config is None and args.keys_file is not None and not aliases:
+        return None
+    if args.config is None and not Path(DEFAULT_CONFIG_NAME).is_file():
+        return None
+    return outline_config(args.config or DEFAULT_CONFIG_NAME)
+
+
+def _keys_path(args: argparse.Namespace, outline: ConfigOutline | None) -> Path | None:
+    if args.keys_file is not None:
+        return Path(args.keys_file)
+    if outline is not None and outline.keys_file is not None:
+        return Path(outline.keys_file)
+    return None
+
+
+def _locate(
+    args: argparse.Namespace, *, aliases: bool = False
+) -> tuple[Path, ConfigOutline | None] | int:
+    """The keys file and the config it belongs to, or the exit status after saying why not."""
+    try:
+        outline = _outline(args, aliases=aliases)
+    except ConfigError as exc:
+        return _fail(exc.source, exc.problems)
+    path = _keys_path(args, outline)
+    if path is None:
+        where = (
+            f"{outline.source} has no [auth] keys_file"
+            if outline is not None
+            else f"no {DEFAULT_CONFIG_NAME} here"
+        )
+        print(f"trio-gateway keys: {where}; give --keys-file PATH", file=sys.stderr)
+        return EXIT_USAGE
+    return path, outline
+
+
+def _alias_problem(aliases: tuple[str, ...], outline: ConfigOutline | None) -> str | None:
+    """Why ``--aliases`` cannot be stored: a gateway refuses a keys file naming an alias its
+    config lacks, and while serving it would keep the keys it had, so the new one gets 401."""
+    if not aliases:
+        return None
+    if outline is None:
+        return (
+            f"--aliases: no {DEFAULT_CONFIG_NAME} here to check them against; give --config "
+            "FILE (the config that reads this keys file)"
+        )
+    unknown = [a for a in aliases if a not in outline.aliases]
+    if not unknown:
+        return None
+    names = ", ".join(repr(a) for a in unknown)
+    return (
+        f"--aliases: unknown alias{'es' if len(unknown) > 1 else ''} {names} "
+        f"(known in {outline.source}: {', '.join(outline.aliases)})"
+    )
 
 
 def _fail(source: str, problems: list[str]) -> int:
@@ -138,9 +217,14 @@ def _describe(aliases: tuple[str, ...], rpm: object, tpm: object, budget: object
 
 
 def _new(args: argparse.Namespace) -> int:
-    path = Path(args.keys_file)
+    located = _locate(args, aliases=bool(args.aliases))
+    if isinstance(located, int):
+        return located
+    path, outline = located
     if not NAME_PATTERN.fullmatch(args.name):
         return _fail(str(path), [f"{args.name!r}: a key's name is 1 to 64 of A-Z a-z 0-9 _ -"])
+    if (problem := _alias_problem(args.aliases, outline)) is not None:
+        return _fail(str(path), [problem, "nothing written"])
     text = ""
     if path.exists():
         try:
@@ -169,7 +253,10 @@ def _new(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    path = Path(args.keys_file)
+    located = _locate(args)
+    if isinstance(located, int):
+        return located
+    path, _ = located
     try:
         _, ring = _read_ring(path)
     except KeysFileError as exc:

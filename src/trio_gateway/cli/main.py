@@ -1,4 +1,4 @@
-"""``trio-gateway serve | check | init | reload | sim | keys | usage``."""
+"""``trio-gateway serve | check | init | reload | stop | sim | keys | usage``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import logging
 import signal
 import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from importlib.resources import files
 from pathlib import Path
@@ -16,14 +18,17 @@ import trio
 from trio_gateway import __version__
 from trio_gateway.cli.keys import keys_main
 from trio_gateway.cli.reload import reload_main
+from trio_gateway.cli.stop import stop_main
 from trio_gateway.cli.usage import usage_main
 from trio_gateway.config.load import load_config
 from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError, GatewayConfig
+from trio_gateway.core.words import counted
 from trio_gateway.ops.log_queue import configure_logging
 from trio_gateway.ops.sd_notify import notify, reloading
-from trio_gateway.process.reloader import LoadConfig
+from trio_gateway.process.reload_status import StatusFile
+from trio_gateway.process.reloader import LoadConfig, ReloadOutcome
 from trio_gateway.process.serve import GatewayHandle, freeze_start_up, serve_gateway
-from trio_gateway.process.workers import serve_workers
+from trio_gateway.process.workers import second_signal_hint, serve_workers
 from trio_gateway.sim import sim_main
 
 EXIT_CONFIG = 2
@@ -56,18 +61,43 @@ def _parser() -> argparse.ArgumentParser:
         choices=("text", "json"),
         help="text lines, or JSON lines for log shippers (default: text)",
     )
-    check = commands.add_parser("check", help="validate a config file without serving")
-    check.add_argument("file", nargs="?", default=DEFAULT_CONFIG_NAME)
-    init = commands.add_parser(
-        "init", help="write a starter gateway.toml (the built-in simulator default)"
+    check = commands.add_parser(
+        "check",
+        help="validate a config file without serving",
+        description="Read a config file as `serve` would, and report every problem at once "
+        "(exit status 2), or `ok` and what it defines. Keys that do nothing are warned about.",
     )
-    init.add_argument("path", nargs="?", default=DEFAULT_CONFIG_NAME)
+    check.add_argument(
+        "file",
+        nargs="?",
+        default=DEFAULT_CONFIG_NAME,
+        metavar="FILE",
+        help="the config file (default: ./gateway.toml); the files it names are read, "
+        "relative ones from its directory",
+    )
+    init = commands.add_parser(
+        "init",
+        help="write a starter gateway.toml (the built-in simulator default)",
+        description="Write the starter config: the built-in vLLM simulator behind two aliases, "
+        "open to this machine only. `trio-gateway serve` then serves it.",
+    )
+    init.add_argument(
+        "path",
+        nargs="?",
+        default=DEFAULT_CONFIG_NAME,
+        metavar="PATH",
+        help="the file to write (default: ./gateway.toml); an existing directory gets "
+        "PATH/gateway.toml",
+    )
     init.add_argument("--force", action="store_true", help="replace an existing file")
     commands.add_parser("sim", help="run the vLLM simulator (see: trio-gateway sim --help)")
     commands.add_parser("keys", help="create and list API keys (see: trio-gateway keys --help)")
     commands.add_parser("usage", help="usage records from the ledger (see: --help)")
     commands.add_parser(
         "reload", help="check the config, then make the running gateway reload it (see: --help)"
+    )
+    commands.add_parser(
+        "stop", help="make the gateways serving a config drain and exit (see: --help)"
     )
     return parser
 
@@ -96,7 +126,11 @@ async def _serve_until_signalled(
     (and the keys file); a bad file changes nothing (reloader.py). A ``worker`` (workers.py)
     serves the socket its supervisor passed, and drains when the supervisor is gone."""
     log = logging.getLogger("trio_gateway")
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    status = StatusFile()
+    with (
+        trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals,
+        _removed_at_exit(status),
+    ):
         first_signal = trio.Event()
 
         async def wait_first() -> None:
@@ -123,6 +157,13 @@ async def _serve_until_signalled(
             freeze_start_up()
             # A worker's supervisor speaks for it to systemd (its environment has no socket).
             notify(f"READY=1\nSTATUS=serving on {handle.base_url}")
+            # Where `trio-gateway reload` reads what became of the SIGHUP it sent.
+            await status.write(None, (), "serving")
+
+            async def said(outcome: ReloadOutcome) -> None:
+                await status.write(outcome.applied, outcome.problems, outcome.summary)
+
+            handle.reloader.on_outcome = said
 
             async def reload() -> None:
                 notify(reloading())
@@ -136,14 +177,24 @@ async def _serve_until_signalled(
                     nursery.start_soon(reload)
                 elif not first_signal.is_set():
                     log.info(
-                        "%s: draining for up to %g s",
+                        "%s: draining for up to %g s (%s stops at once)",
                         signal.Signals(signum).name,
                         config.server.drain_timeout_s,
+                        second_signal_hint(signum),
                     )
                     notify("STOPPING=1\nSTATUS=draining")
                     first_signal.set()
                 else:
+                    log.warning("%s again: stopping at once", signal.Signals(signum).name)
                     nursery.cancel_scope.cancel(reason="second signal")
+
+
+@contextmanager
+def _removed_at_exit(status: StatusFile) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        status.remove()
 
 
 async def _watch_lifeline(fd: int, stop: trio.Event) -> None:
@@ -163,7 +214,14 @@ def _leaves(group: BaseExceptionGroup[OSError]) -> list[OSError]:
     return out
 
 
-def _init(path: Path, *, force: bool) -> int:
+def _init(given: str, *, force: bool) -> int:
+    path = Path(given)
+    # A directory (or a name ending in /, as a directory is typed) gets its gateway.toml.
+    if path.is_dir() or given.endswith("/"):
+        path = path / DEFAULT_CONFIG_NAME
+    if path.is_dir():
+        print(f"trio-gateway: {path} is a directory; give a file name", file=sys.stderr)
+        return 1
     if path.exists() and not force:
         print(f"trio-gateway: {path} exists; keeping it (--force replaces it)", file=sys.stderr)
         return 1
@@ -194,16 +252,19 @@ def main(argv: list[str] | None = None) -> int:
         return usage_main(args_in[1:])
     if args_in[:1] == ["reload"]:
         return reload_main(args_in[1:])
+    if args_in[:1] == ["stop"]:
+        return stop_main(args_in[1:])
     args = _parser().parse_args(args_in)
     if args.command == "init":
-        return _init(Path(args.path), force=args.force)
+        return _init(args.path, force=args.force)
     if args.command == "check":
         config = _load(args.file)
         if config is None:
             return EXIT_CONFIG
-        print(
-            f"{args.file}: ok ({len(config.aliases)} aliases, {len(config.providers())} providers)"
-        )
+        for warning in config.warnings:
+            print(f"{args.file}: warning: {warning}", file=sys.stderr)
+        aliases = counted(len(config.aliases), "alias", "aliases")
+        print(f"{args.file}: ok ({aliases}, {counted(len(config.providers()), 'provider')})")
         return 0
     with configure_logging(args.log_level, args.log_format):
         config = _load(args.config, args.listen)

@@ -139,8 +139,9 @@ def _auth_problems(config: GatewayConfig) -> list[str]:
         return ["auth.open: false requires keys; give keys_file = PATH instead"]
     if auth.keys_file is None and auth.open is None and not is_loopback(config.server.listen):
         return [
-            f"auth: server.listen {config.server.listen!r} is not a loopback address, so callers "
-            'need API keys: give [auth] keys_file = "PATH" (or open = true to serve without)'
+            f"auth: {config.listen_origin} {config.server.listen!r} is not a loopback address, "
+            'so callers need API keys: give [auth] keys_file = "PATH" (or open = true to serve '
+            "without)"
         ]
     if auth.keys_file is not None:
         try:
@@ -153,7 +154,7 @@ def _auth_problems(config: GatewayConfig) -> list[str]:
 def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
     problems: list[str] = []
     if (err := _parse_listen(config.server.listen)) is not None:
-        problems.append(f"server.listen: {err}")
+        problems.append(f"{config.listen_origin}: {err}")
     else:
         problems.extend(_auth_problems(config))
     if not 1 <= config.server.workers <= MAX_WORKERS:
@@ -191,10 +192,13 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
             if p.name in names_here:
                 problems.append(f"{where}.name: duplicate provider name {p.name!r} in this alias")
             names_here.add(p.name)
-            if p.name in seen and seen[p.name][1] != p:
+            if p.name in seen and seen[p.name][1] == p:
+                continue  # the same provider again (a reference, or a copy): checked once
+            if p.name in seen:
                 problems.append(
                     f"{where}.name: provider {p.name!r} is also defined, differently, at "
-                    f"{seen[p.name][0]} (aliases that share a provider must define it the same)"
+                    f"{seen[p.name][0]} (define it once, and name it in the other aliases: "
+                    f'providers = ["{p.name}"])'
                 )
             seen.setdefault(p.name, (where, p))
             problems.extend(_provider_type_problems(where, p))
@@ -258,6 +262,26 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
     if config.usage.ledger == "":
         problems.append('usage.ledger: a file path, or "none"')
     return problems
+
+
+# Keys still accepted, so that an older config stays valid, that no longer do anything; each
+# with what to say to whoever set it.
+UNUSED_KEYS = {
+    ("server", "stream_buffer_events"): (
+        "has no effect: answers go to the client as they come, with no buffer of the "
+        "gateway's own; remove it (docs/configuration.md)"
+    ),
+}
+
+
+def unused_key_warnings(raw: Mapping[str, Any]) -> list[str]:
+    """What the file sets that does nothing: accepted must never look like applied."""
+    warnings = []
+    for (section, key), why in UNUSED_KEYS.items():
+        table = raw.get(section)
+        if isinstance(table, dict) and key in table:
+            warnings.append(f"{section}.{key}: {why}")
+    return warnings
 
 
 def raw_secret_problems(raw: dict[str, Any], environ: Mapping[str, str]) -> list[str]:

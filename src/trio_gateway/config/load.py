@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -12,9 +13,15 @@ import attrs
 import cattrs
 import tomli
 from cattrs.errors import ForbiddenExtraKeysError
+from cattrs.gen import make_dict_structure_fn, override
 
-from trio_gateway.config.checks import raw_secret_problems, semantic_problems
+from trio_gateway.config.checks import (
+    raw_secret_problems,
+    semantic_problems,
+    unused_key_warnings,
+)
 from trio_gateway.config.schema import (
+    PROVIDER_PATH_KEYS,
     PROVIDER_TYPES,
     ROUTINGS,
     ConfigError,
@@ -30,6 +37,9 @@ from trio_gateway.config.schema import (
 )
 from trio_gateway.core.capability import Capability
 from trio_gateway.sim.config import SimConfig
+
+# GatewayConfig's fields that load fills in, never the file (omitted from its structure hook).
+_NOT_FROM_FILE = frozenset({"api_keys", "source", "warnings", "listen_origin"})
 
 
 def _strict_int(value: object, _: type) -> int:
@@ -125,6 +135,18 @@ def _make_converter() -> cattrs.Converter:
         return SimulatorConfig(listen=_strict_str(listen, str), sim=sim)
 
     converter.register_structure_hook(SimulatorConfig, simulator)
+    # What load fills in is not the file's to say: `source = "x"` is an unknown key.
+    converter.register_structure_hook(
+        GatewayConfig,
+        make_dict_structure_fn(
+            GatewayConfig,
+            converter,
+            api_keys=override(omit=True),
+            source=override(omit=True),
+            warnings=override(omit=True),
+            listen_origin=override(omit=True),
+        ),
+    )
     return converter
 
 
@@ -136,11 +158,20 @@ def _format_exception(exc: BaseException, type_: type | None) -> str:
         return "required field missing"
     if isinstance(exc, ForbiddenExtraKeysError):
         return f"unknown key{'s' if len(exc.extra_fields) > 1 else ''} " + ", ".join(
-            repr(k) for k in sorted(exc.extra_fields)
+            _with_suggestion(k, exc.cl) for k in sorted(exc.extra_fields)
         )
     if isinstance(exc, TypeError | ValueError) and str(exc):
         return str(exc)
     return f"invalid value ({exc.__class__.__name__}: {exc})"
+
+
+def _with_suggestion(key: str, table: type) -> str:
+    """``'wieght' (did you mean 'weight'?)``, when a known key of the table is close."""
+    known = [f.name for f in attrs.fields(table) if f.name not in _NOT_FROM_FILE]
+    if table is SimConfig:
+        known.append("listen")  # a [simulators.NAME] table's own key (simulator hook)
+    close = difflib.get_close_matches(key, known, n=1)
+    return f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
 
 
 _PATH_KEY = re.compile(r"\['([^']*)'\]")
@@ -169,24 +200,34 @@ def parse_config(
     source: str = "<config>",
     environ: Mapping[str, str] | None = None,
     listen: str | None = None,
+    base_dir: Path | None = None,
 ) -> GatewayConfig:
     """Parse TOML text into a config, or raise :class:`ConfigError` listing every problem.
 
     ``listen`` (``serve --listen``) replaces ``server.listen`` before anything is checked, so
-    the checks that depend on it (a non-loopback address needs ``[auth]``) see the real one."""
+    the checks that depend on it (a non-loopback address needs ``[auth]``) see the real one.
+    ``base_dir`` (the config file's directory) is where relative file paths are read from;
+    without it, from the working directory."""
     env = os.environ if environ is None else environ
     try:
         raw = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
         raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
+    if base_dir is not None:
+        resolve_paths(raw, base_dir)
     if listen is not None:
         server = raw.setdefault("server", {})
         if isinstance(server, dict):
             server["listen"] = listen
+    reference_problems, references = resolve_references(raw)
     config, problems = _structural_problems(raw)
-    if config is None:
+    if config is None or reference_problems:
         # Value checks need the types right; missing secrets do not, and are worth knowing now.
-        raise ConfigError(source, problems + raw_secret_problems(raw, env))
+        # A reference's copy of its provider would repeat the definition's problems.
+        found = problems + raw_secret_problems(raw, env)
+        raise ConfigError(source, reference_problems + _outside(found, references))
+    if listen is not None:
+        config = attrs.evolve(config, listen_origin="--listen")
     problems = semantic_problems(config, env)
     if problems:
         raise ConfigError(source, problems)
@@ -195,22 +236,139 @@ def parse_config(
         for p in config.providers().values()
         if p.api_key_env is not None
     }
-    return attrs.evolve(config, api_keys=keys, source=source)
+    warnings = tuple(unused_key_warnings(raw))
+    return attrs.evolve(config, api_keys=keys, source=source, warnings=warnings)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ConfigError(str(path), ["is a directory, not a config file"]) from None
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(str(path), [f"cannot read {path.absolute()}: {reason}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text: {exc}"]) from None
 
 
 def load_config(
     path: str | Path, *, environ: Mapping[str, str] | None = None, listen: str | None = None
 ) -> GatewayConfig:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), [f"not UTF-8 text: {exc}"]) from None
-    return parse_config(text, source=str(path), environ=environ, listen=listen)
+    text = _read(path)
+    base_dir = path.absolute().parent
+    return parse_config(text, source=str(path), environ=environ, listen=listen, base_dir=base_dir)
+
+
+def resolve_references(raw: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """An alias's ``providers`` may name a provider defined in another alias (``providers =
+    ["vllm-local"]``): the same provider, its gate shared, defined once, so that changing it
+    is one edit. Each name is replaced, in place, with a copy of its definition (a table in
+    another alias's list). Returns the problems (a name no alias defines) and the dotted
+    paths of every reference."""
+    aliases = raw.get("aliases")
+    if not isinstance(aliases, dict):
+        return [], []
+    lists = {
+        name: alias["providers"]
+        for name, alias in aliases.items()
+        if isinstance(alias, dict) and isinstance(alias.get("providers"), list)
+    }
+    defined: dict[str, dict[str, Any]] = {}
+    for providers in lists.values():
+        for provider in providers:
+            if isinstance(provider, dict) and isinstance(provider.get("name"), str):
+                defined.setdefault(provider["name"], provider)
+    problems: list[str] = []
+    references: list[str] = []
+    for alias_name, providers in lists.items():
+        for i, provider in enumerate(providers):
+            if not isinstance(provider, str):
+                continue
+            where = f"aliases.{alias_name}.providers[{i}]"
+            references.append(where)
+            if provider in defined:
+                providers[i] = dict(defined[provider])
+            else:
+                known = ", ".join(defined) or "none"
+                problems.append(
+                    f"{where}: no alias defines a provider named {provider!r} (defined: {known})"
+                )
+    return problems, references
+
+
+def _outside(problems: list[str], paths: list[str]) -> list[str]:
+    """The problems not about anything under ``paths``."""
+    return [
+        p
+        for p in problems
+        if not any(
+            p.startswith(path) and p[len(path) : len(path) + 1] in (".", ":", "[") for path in paths
+        )
+    ]
+
+
+# Values that are not files: the ledger's "none" and ":memory:" (accounting/ledger.py), and
+# an empty string, which the value checks refuse.
+_NOT_FILES = ("", "none", ":memory:")
+
+
+def resolve_paths(raw: dict[str, Any], base_dir: Path) -> None:
+    """Make every file path of a config's TOML (``auth.keys_file``, ``usage.ledger``, and a
+    provider's ``PROVIDER_PATH_KEYS``) absolute, a relative one taken from ``base_dir``, in
+    place: a config means the same files whatever the working directory of the command
+    reading it, and every message names the file it tried. A value of the wrong type is left
+    for the structure's check to name."""
+
+    def resolve(table: object, key: str) -> None:
+        value = table.get(key) if isinstance(table, dict) else None
+        if isinstance(table, dict) and isinstance(value, str) and value not in _NOT_FILES:
+            path = Path(value).expanduser()
+            table[key] = str(path if path.is_absolute() else base_dir / path)
+
+    resolve(raw.get("auth"), "keys_file")
+    resolve(raw.get("usage"), "ledger")
+    aliases = raw.get("aliases")
+    for alias in aliases.values() if isinstance(aliases, dict) else ():
+        providers = alias.get("providers") if isinstance(alias, dict) else None
+        for provider in providers if isinstance(providers, list) else ():
+            for key in PROVIDER_PATH_KEYS:
+                resolve(provider, key)
 
 
 def parse_hostport(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+@attrs.frozen
+class ConfigOutline:
+    """What the key commands need of a config: its aliases and its keys file (absolute)."""
+
+    source: str
+    aliases: tuple[str, ...]
+    keys_file: str | None
+
+
+def outline_config(path: str | Path) -> ConfigOutline:
+    """A config's aliases and keys file, read without the checks that need the environment
+    it serves in (its credentials, its variables): ``keys new`` and ``keys list`` run in an
+    operator's shell. :class:`ConfigError` when the file cannot be read, is not TOML, or
+    has no aliases."""
+    path = Path(path)
+    try:
+        raw = tomli.loads(_read(path))
+    except tomli.TOMLDecodeError as exc:
+        raise ConfigError(str(path), [f"not valid TOML: {exc}"]) from None
+    resolve_paths(raw, path.absolute().parent)
+    aliases = raw.get("aliases")
+    if not isinstance(aliases, dict) or not aliases:
+        raise ConfigError(str(path), ["aliases: at least one alias is needed"])
+    auth = raw.get("auth")
+    keys_file = auth.get("keys_file") if isinstance(auth, dict) else None
+    return ConfigOutline(
+        source=str(path),
+        aliases=tuple(aliases),
+        keys_file=keys_file if isinstance(keys_file, str) else None,
+    )

@@ -26,6 +26,10 @@ DEFAULT_BASE_URLS = {
     "gemini": "https://generativelanguage.googleapis.com",
     "vertex": "https://{location}-aiplatform.googleapis.com",
 }
+# A provider's keys that name a file. Every file path of a config (these, ``auth.keys_file``
+# and ``usage.ledger``), when relative, is read from the config file's directory
+# (load.resolve_paths), the same whichever directory a command runs in.
+PROVIDER_PATH_KEYS = ("api_key_file", "credentials_file")
 OnSaturated = Literal["spill", "queue"]
 Routing = Literal["round_robin", "least_loaded", "affinity"]
 ROUTINGS: tuple[str, ...] = ("round_robin", "least_loaded", "affinity")
@@ -48,7 +52,8 @@ class Secret:
 class ServerConfig:
     listen: str = "127.0.0.1:8080"
     max_body_bytes: int = 4 * 1024 * 1024
-    # No longer used: answers go to the client as they come (server.warn_unused_keys says so).
+    # No longer used: answers go to the client as they come. Still accepted, so an older config
+    # stays valid; `check` and `serve` warn when a file sets it (checks.unused_key_warnings).
     stream_buffer_events: int = 64
     client_stall_timeout_s: float = 30.0
     # A request's head must be whole this long after the connection opened (or, on a kept-alive
@@ -222,9 +227,14 @@ class GatewayConfig:
     usage: UsageConfig = UsageConfig()
     redis: RedisConfig | None = None
     limits: LimitsConfig = LimitsConfig()
-    # Not read from TOML: filled in by load, from the environment.
+    # Not read from TOML (a file that holds them is refused): filled in by load, from the
+    # environment; and what the file holds that is accepted but does nothing, said by `check`
+    # and at start.
     api_keys: dict[str, Secret] = attrs.field(factory=dict)
     source: str = "<config>"
+    warnings: tuple[str, ...] = ()
+    # Where server.listen came from, for messages about it: the file, or `serve --listen`.
+    listen_origin: str = "server.listen"
 
     def providers(self) -> dict[str, ProviderConfig]:
         """Every provider by name; aliases that name the same provider share it."""

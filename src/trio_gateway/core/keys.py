@@ -69,11 +69,13 @@ class ApiKey:
 
 
 class KeysFileError(Exception):
-    """Every problem found in one keys file."""
+    """Every problem found in one keys file; ``keys``: the names of the entries that have one
+    (empty when the file as a whole is the problem: unreadable, not TOML)."""
 
-    def __init__(self, source: str, problems: list[str]) -> None:
+    def __init__(self, source: str, problems: list[str], keys: Iterable[str] = ()) -> None:
         self.source = source
         self.problems = problems
+        self.keys = tuple(keys)
         super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
 
@@ -213,19 +215,22 @@ def _build_ring(
     if not isinstance(tables, dict):
         raise KeysFileError(source, [*problems, f"keys: expected a table, got {_kind(tables)}"])
     keys: list[ApiKey] = []
+    broken: list[str] = []
     owners: dict[bytes, str] = {}
     for name, entry in tables.items():
         key, entry_problems = _entry(name, entry, known_aliases)
         problems.extend(entry_problems)
         if key is None:
+            broken.append(name)
             continue
         if key.digest in owners:
             problems.append(f"keys.{name}.sha256: the same key as keys.{owners[key.digest]}")
+            broken.append(name)
             continue
         owners[key.digest] = name
         keys.append(key)
     if problems:
-        raise KeysFileError(source, problems)
+        raise KeysFileError(source, problems, broken)
     return KeyRing(keys)
 
 

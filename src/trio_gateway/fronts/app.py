@@ -12,6 +12,7 @@ import trio
 
 from trio_gateway.accounting.key_store import KeyStore
 from trio_gateway.capacity.health import HealthSnapshot
+from trio_gateway.config.checks import is_loopback
 from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.core.errors import (
     GatewayError,
@@ -23,6 +24,7 @@ from trio_gateway.core.errors import (
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.usage import UsageRecord, refused_record
+from trio_gateway.core.words import counted
 from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import http_key
 from trio_gateway.fronts.chat import handle_chat
@@ -392,7 +394,13 @@ def open_keys(config: GatewayConfig) -> KeyStore | None:
     keys_file = config.auth.keys_file
     if keys_file is None:
         if config.auth.open:
-            log.info("auth: OPEN (no keys file): [auth] open = true, any caller is served")
+            # On an address others can reach, anyone there is served: worth more than INFO.
+            level = logging.INFO if is_loopback(config.server.listen) else logging.WARNING
+            log.log(
+                level,
+                "auth: OPEN (no keys file): [auth] open = true, any caller reaching %s is served",
+                config.server.listen,
+            )
         else:
             log.warning(
                 "auth: OPEN (no keys file): no [auth] in %s; allowed because %s is loopback",
@@ -401,7 +409,7 @@ def open_keys(config: GatewayConfig) -> KeyStore | None:
             )
         return None
     keys = KeyStore(keys_file, known_aliases=config.aliases.keys())
-    log.info("auth: %d keys from %s", len(keys.ring()), keys_file)
+    log.info("auth: %s from %s", counted(len(keys.ring()), "key"), keys_file)
     return keys
 
 

@@ -13,8 +13,9 @@ once their last stream has ended (``live.retire``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
+import attrs
 import trio
 
 from trio_gateway.capacity.health import ProviderHealth
@@ -28,6 +29,18 @@ from trio_gateway.fronts.app import GatewayApp
 log = logging.getLogger("trio_gateway")
 
 LoadConfig = Callable[[], GatewayConfig]
+
+
+@attrs.frozen
+class ReloadOutcome:
+    """What a reload came to: applied (and what changed), or refused (and why)."""
+
+    applied: bool
+    problems: tuple[str, ...] = ()
+    summary: str = ""
+
+
+OnOutcome = Callable[[ReloadOutcome], Awaitable[None]]
 
 
 class Reloader:
@@ -52,6 +65,9 @@ class Reloader:
         self._load = load
         # One reload at a time: a second SIGHUP during one waits for it, then reads the file.
         self._lock = trio.Lock()
+        # Told each outcome as soon as it is decided, before new providers' probes start
+        # (`trio-gateway reload` waits on it: reload_status.py).
+        self.on_outcome: OnOutcome | None = None
 
     async def reload(self) -> bool:
         """Read the config again and apply it; False (and nothing changed) when it was refused."""
@@ -60,24 +76,37 @@ class Reloader:
         self._router.metrics.config_reloads.labels("applied" if applied else "rejected").inc()
         return applied
 
+    async def _refused(self, source: str, problems: list[str]) -> bool:
+        for problem in problems:
+            log.error("reload: %s: %s", source, problem)
+        log.error("reload: %s: %d problem(s); nothing changed", source, len(problems))
+        await self._said(ReloadOutcome(applied=False, problems=tuple(problems)))
+        return False
+
+    async def _said(self, outcome: ReloadOutcome) -> None:
+        if self.on_outcome is not None:
+            await self.on_outcome(outcome)
+
     async def _reload(self) -> bool:
         source = self.config.source
         if self._load is None:
-            log.error("reload: this gateway's config was not read from a file; nothing reloaded")
+            problem = "this gateway's config was not read from a file; nothing reloaded"
+            log.error("reload: %s", problem)
+            await self._said(ReloadOutcome(applied=False, problems=(problem,)))
             return False
         try:
             new = self._load()
         except ConfigError as exc:
-            return _refused(exc.source, exc.problems)
+            return await self._refused(exc.source, exc.problems)
         problems = fixed_changes(self.config, new)
         if problems:
-            return _refused(source, problems)
+            return await self._refused(source, problems)
         ring: KeyRing | None = None
         if new.auth.keys_file is not None:
             try:
                 ring = load_keys(new.auth.keys_file, known_aliases=new.aliases.keys())
             except KeysFileError as exc:
-                return _refused(source, [f"auth.keys_file: {p}" for p in exc.problems])
+                return await self._refused(source, [f"auth.keys_file: {p}" for p in exc.problems])
         plan = plan_reload({n: r.provider.config for n, r in self.running.items()}, new.providers())
         built: dict[str, Running] = {}
         try:
@@ -86,7 +115,7 @@ class Reloader:
         except Exception as exc:  # a credential file gone since the check, say
             for one in built.values():
                 await one.aclose()
-            return _refused(source, [f"providers: cannot set up: {exc}"])
+            return await self._refused(source, [f"providers: cannot set up: {exc}"])
         # The switch: no checkpoint from here to the end of the block.
         retired = [self.running[n] for n in plan.replaced + plan.removed]
         for name in plan.resized:
@@ -102,6 +131,7 @@ class Reloader:
         self.config = new
         # End of the switch.
         log.info("reload: %s applied: %s", source, plan.summary())
+        await self._said(ReloadOutcome(applied=True, summary=plan.summary()))
         for one in built.values():
             one.services = await self._nursery.start(serve_services, one)
         for old in retired:
@@ -118,10 +148,3 @@ def _providers(running: dict[str, Running]) -> dict[str, Provider]:
 
 def _healths(running: dict[str, Running]) -> dict[str, ProviderHealth]:
     return {name: r.health for name, r in running.items() if r.health is not None}
-
-
-def _refused(source: str, problems: list[str]) -> bool:
-    for problem in problems:
-        log.error("reload: %s: %s", source, problem)
-    log.error("reload: %s: %d problem(s); nothing changed", source, len(problems))
-    return False

@@ -21,7 +21,7 @@ from trio_gateway.accounting.sinks import open_usage_sink
 from trio_gateway.capacity.gate import LeaseBroker
 from trio_gateway.capacity.lease_metrics import LeaseCollector
 from trio_gateway.config.load import parse_hostport
-from trio_gateway.config.schema import GatewayConfig, ServerConfig
+from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.core.usage import UsageSink
 from trio_gateway.dispatch.live import Gates, Running, open_provider, serve_services
 from trio_gateway.dispatch.router import Provider, Router
@@ -45,7 +45,6 @@ LISTEN_BACKLOG = 2048  # uvicorn's default
 DRAIN_MARGIN_S = 2.0
 # Passes of the middle generation before a full collection may run (CPython's default: 10).
 FULL_COLLECTION_EVERY = 100
-UNUSED_STREAM_BUFFER_EVENTS = attrs.fields(ServerConfig).stream_buffer_events.default
 
 
 class ListenError(OSError):
@@ -53,8 +52,16 @@ class ListenError(OSError):
     the config wants it (the embedded simulator's port is a common surprise)."""
 
 
+def listen_origin(config: GatewayConfig) -> str:
+    """Where ``server.listen`` came from, as a message names it."""
+    if config.listen_origin == "server.listen":
+        return "server.listen in the config"
+    return f"given by {config.listen_origin}"
+
+
 @contextmanager
-def listening_on(listen: str, key: str) -> Iterator[None]:
+def listening_on(listen: str, origin: str) -> Iterator[None]:
+    """``origin``: where the address came from (``server.listen in the config``, ``--listen``)."""
     try:
         yield
     except* OSError as group:
@@ -63,7 +70,7 @@ def listening_on(listen: str, key: str) -> Iterator[None]:
         while isinstance(exc, BaseExceptionGroup):
             exc = exc.exceptions[0]
         reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
-        raise ListenError(f"cannot listen on {listen} ({key} in the config): {reason}") from exc
+        raise ListenError(f"cannot listen on {listen} ({origin}): {reason}") from exc
 
 
 @attrs.frozen
@@ -188,13 +195,9 @@ def freeze_start_up() -> None:
 
 def warn_unused_keys(config: GatewayConfig) -> None:
     """Keys still accepted (an older config stays valid) that no longer do anything: said at
-    start, so "accepted" never looks like "applied"."""
-    if config.server.stream_buffer_events != UNUSED_STREAM_BUFFER_EVENTS:
-        log.warning(
-            "server.stream_buffer_events = %d has no effect: answers go to the client as they "
-            "come, with no buffer of the gateway's own (docs/configuration.md)",
-            config.server.stream_buffer_events,
-        )
+    start (as by `check`), so "accepted" never looks like "applied"."""
+    for warning in config.warnings:
+        log.warning("%s: %s", config.source, warning)
 
 
 async def _serve_gateway(
@@ -297,7 +300,7 @@ async def _serve_gateway(
         if inherited is not None:
             sockets = Sockets(secure_sockets=[], insecure_sockets=[inherited], quic_sockets=[])
         else:
-            with listening_on(config.server.listen, "server.listen"):
+            with listening_on(config.server.listen, listen_origin(config)):
                 sockets = listening_sockets(
                     hc,
                     stall_timeout_s=config.server.client_stall_timeout_s,
@@ -344,7 +347,7 @@ async def start_simulators(config: GatewayConfig, nursery: trio.Nursery) -> dict
     simulators: dict[str, SimHandle] = {}
     for name, simulator in config.simulators.items():
         host, port = parse_hostport(simulator.listen)
-        with listening_on(simulator.listen, f"simulators.{name}.listen"):
+        with listening_on(simulator.listen, f"simulators.{name}.listen in the config"):
             simulators[name] = await nursery.start(
                 partial(serve_sim, simulator.sim, host=host, port=port)
             )

@@ -30,6 +30,7 @@ from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.ops.sd_notify import notify
 from trio_gateway.process.serve import (
     hypercorn_config,
+    listen_origin,
     listening_on,
     listening_sockets,
     start_simulators,
@@ -50,6 +51,13 @@ def worker_command(argv: Sequence[str], fd: int, lifeline: int) -> list[str]:
     the lifeline pipe it inherits."""
     inherited = ["--worker-fd", str(fd), "--lifeline-fd", str(lifeline)]
     return [sys.executable, "-m", "trio_gateway", *argv, *inherited]
+
+
+def second_signal_hint(signum: int) -> str:
+    """What stops a drain at once, said the way whoever sent ``signum`` would do it again."""
+    if signum == signal.SIGINT:
+        return "a second Ctrl-C"
+    return f"a second {signal.Signals(signum).name}"
 
 
 def restart_pause(previous_s: float, ran_s: float) -> float:
@@ -76,7 +84,7 @@ class Supervisor:
                 graceful_timeout_s=config.server.drain_timeout_s,
                 websocket_max_message_bytes=config.websocket.max_message_bytes,
             )
-            with listening_on(config.server.listen, "server.listen"):
+            with listening_on(config.server.listen, listen_origin(config)):
                 sockets = listening_sockets(
                     hc, stall_timeout_s=config.server.client_stall_timeout_s
                 )
@@ -137,10 +145,15 @@ class Supervisor:
     async def _forward(self, signals: AsyncIterator[int]) -> None:
         async for signum in signals:
             name = signal.Signals(signum).name
+            hint = ""
             if signum != signal.SIGHUP:
+                if not self.stopping:
+                    hint = f", which drain ({second_signal_hint(signum)} stops them at once)"
                 self.stopping = True
                 notify("STOPPING=1\nSTATUS=draining")
-            log.info("supervisor: %s: passing it on to %d workers", name, len(self._processes))
+            log.info(
+                "supervisor: %s: passing it on to %d workers%s", name, len(self._processes), hint
+            )
             for process in list(self._processes.values()):
                 if process.returncode is None:
                     process.send_signal(signum)

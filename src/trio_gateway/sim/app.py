@@ -13,6 +13,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
+from urllib.parse import parse_qs
 
 import trio
 
@@ -181,7 +182,10 @@ class SimApp:
         await send_bytes(send, 200, _METRICS, text.encode())
 
     async def _stats(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send_json(send, 200, self._engine.stats().to_json())
+        # ?bodies=1: the last requests' bodies and headers too (what the gateway sent upstream).
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        bodies = query.get("bodies", ["0"])[-1] in ("1", "true")
+        await send_json(send, 200, self._engine.stats().to_json(bodies=bodies))
 
     async def _reset(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._engine.reset()

@@ -26,6 +26,8 @@ __all__ = ["SimEngine", "SimSequence", "SimStats"]
 
 # Request bodies (and headers) remembered for tests that check what the gateway sent.
 RECORDED_REQUESTS = 16
+# The fields holding them, in `GET /sim/stats` only when asked for (`?bodies=1`).
+RECORDED_FIELDS = ("last_request_body", "last_request_bodies", "last_request_headers")
 # Distinct fault scripts whose `times` budget is tracked; the oldest are forgotten.
 TRACKED_FAULT_SCRIPTS = 1024
 
@@ -55,8 +57,15 @@ class SimStats:
     last_request_headers: tuple[Mapping[str, str], ...]
     token_grants: int = 0  # access tokens granted by the gemini dialect's `POST /token`
 
-    def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+    def to_json(self, *, bodies: bool = True) -> dict[str, Any]:
+        """As JSON; without ``bodies``, the recorded requests (prompts and all) are counted,
+        not copied: ``GET /sim/stats`` is polled, and printed, far more than it is inspected."""
+        out = attrs.asdict(self)
+        if not bodies:
+            for field in RECORDED_FIELDS:
+                del out[field]
+            out["recorded_requests"] = len(self.last_request_bodies)
+        return out
 
 
 class SimSequence:
