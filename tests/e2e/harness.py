@@ -101,8 +101,9 @@ class Stack:
         return self.gateway.base_url + "/v1"
 
     async def sim_stats(self) -> dict[str, Any]:
+        """The simulator's counters, and the request bodies it recorded (``?bodies=1``)."""
         async with httpx.AsyncClient() as client:
-            response = await client.get(self.sim.base_url + "/sim/stats")
+            response = await client.get(self.sim.base_url + "/sim/stats?bodies=1")
             stats: dict[str, Any] = response.json()
             return stats
 
