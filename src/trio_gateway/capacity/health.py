@@ -16,7 +16,7 @@ import attrs
 import trio
 
 from trio_gateway.config.schema import ProviderConfig
-from trio_gateway.core.errors import GatewayError
+from trio_gateway.core.errors import GatewayError, RequestError
 
 log = logging.getLogger("trio_gateway.health")
 
@@ -98,6 +98,8 @@ class ProviderHealth:
 
 
 Probe = Callable[[], Awaitable[None]]
+# Distinct refusals of the probe's own request remembered per provider, so each is logged once.
+MAX_LOGGED_REFUSALS = 32
 ReadLoad = Callable[[], Awaitable[int | None]]
 
 
@@ -122,8 +124,14 @@ async def probe_service(
     Only a ``GatewayError`` (or the probe's deadline) is the provider's failure. Anything else
     is a bug in the gateway: it is logged with its traceback, and the provider's state is left
     as it was, since the provider did nothing wrong.
+
+    A ``RequestError`` (a 4xx the probe's own request earned, or a request the dialect would not
+    send) is neither: the provider answered, so it counts as a success, and the refusal is a
+    configuration error (a model, a family, a field the model refuses), logged at ERROR once
+    per distinct message and kept as the provider's ``last_error`` until real traffic succeeds.
     """
     task_status.started()
+    refusals: dict[str, None] = {}
     while True:
         before = health.state
         try:
@@ -133,6 +141,10 @@ async def probe_service(
             health.failure(
                 f"probe timed out after {config.probe_timeout_s:g} s", now=trio.current_time()
             )
+        except RequestError as exc:
+            health.success()
+            health.last_error = f"probe request refused: {exc}"
+            _log_refusal(name, exc, refusals)
         except GatewayError as exc:
             health.failure(f"probe failed: {exc}", now=trio.current_time())
         except Exception:
@@ -142,6 +154,23 @@ async def probe_service(
             health.upstream_load = await read_load()
         log_transition(name, before, health)
         await trio.sleep(config.probe_interval_s)
+
+
+def _log_refusal(name: str, exc: RequestError, seen: dict[str, None]) -> None:
+    message = str(exc)
+    if message in seen:
+        return
+    if len(seen) >= MAX_LOGGED_REFUSALS:
+        del seen[next(iter(seen))]
+    seen[message] = None
+    field = f" (field {exc.param!r})" if exc.param else ""
+    log.error(
+        "provider %s: the readiness probe's own request was refused%s, a configuration error "
+        "(the provider answered, so it stays in rotation): %s",
+        name,
+        field,
+        message,
+    )
 
 
 def log_transition(name: str, before: State, health: ProviderHealth) -> None:

@@ -101,14 +101,7 @@ class Upstream:
             write_timeout_s=config.connect_timeout_s,
             connect=connect,
         )
-        self._probe_request = ChatRequest(
-            alias="(probe)",
-            body={"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
-            stream=False,
-            include_usage=False,
-            reasoning=False,
-            required=frozenset(),
-        )
+        self._probe_request = probe_request()
 
     @staticmethod
     def make_client(config: ProviderConfig) -> httpx.AsyncClient:
@@ -148,8 +141,8 @@ class Upstream:
         await self._h1.expire_idle(task_status=task_status)
 
     async def probe(self) -> None:
-        """A real one-token generation with thinking off: proof that the provider generates,
-        which its /health does not give. Raises a GatewayError when it does not."""
+        """A real one-token generation (:func:`probe_request`): proof that the provider
+        generates, which its /health does not give. Raises a GatewayError when it does not."""
 
         async def ignore(events: list[Event]) -> None:
             pass
@@ -420,6 +413,22 @@ class Upstream:
                 events += parser.feed(sse)
                 if parser.done:
                     return
+
+
+def probe_request() -> ChatRequest:
+    """The readiness probe's request: one that every model of every vendor takes. One short
+    user turn and ``max_tokens: 1`` (Anthropic requires a limit; every vendor takes 1), and
+    nothing else: no reasoning switch (o3 cannot stop reasoning, gemini-2.5-pro refuses a
+    budget of 0, and each would refuse every probe), no sampling fields (reasoning models
+    refuse them). The provider's configured model and dialect translate it as any request."""
+    return ChatRequest(
+        alias="(probe)",
+        body={"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1},
+        stream=False,
+        include_usage=False,
+        reasoning=None,
+        required=frozenset(),
+    )
 
 
 def _scrub(message: str, secret: str | None) -> str:
