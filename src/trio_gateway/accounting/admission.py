@@ -109,7 +109,7 @@ class Limits:
         # The provider is not chosen yet: estimate at the alias's highest prices and limits.
         default_max = max((p.default_max_tokens for p in providers), default=4096)
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-        prompt = estimate_prompt_tokens(body.get("messages"))
+        prompt = estimate_prompt_tokens(body.get("messages"), (p.type for p in providers))
         tokens = reserve_tokens(
             prompt, max_tokens if isinstance(max_tokens, int) else None, default_max
         )
