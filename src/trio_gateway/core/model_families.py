@@ -34,9 +34,6 @@ OPENAI_GPT5_PAGE: Final = "https://platform.openai.com/docs/guides/latest-model"
 GEMINI_THINKING_PAGE: Final = "https://ai.google.dev/gemini-api/docs/thinking"
 GEMINI_MODELS_PAGE: Final = "https://ai.google.dev/gemini-api/docs/models"
 ANTHROPIC_MODELS_PAGE: Final = "https://docs.claude.com/en/docs/about-claude/models/overview"
-ANTHROPIC_THINKING_PAGE: Final = (
-    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
-)
 ANTHROPIC_MIGRATION_PAGE: Final = (
     "https://docs.claude.com/en/docs/about-claude/models/migrating-to-claude-4"
 )
