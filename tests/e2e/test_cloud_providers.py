@@ -32,6 +32,14 @@ KEYS = {
     "gemini": "AIzaGeminiSecret0123456789abcdefghij",
 }
 ENV = {f"{name.upper()}_KEY": key for name, key in KEYS.items()}
+# Each vendor's simulator serves a model of a known family, so it refuses what that model
+# refuses (sim/vendor_models.py); vLLM and Anthropic's simulators judge no model name.
+MODELS = {
+    "vllm": "qwen3-32b",
+    "openai": "gpt-5.1",
+    "anthropic": "qwen3-32b",
+    "gemini": "gemini-2.5-flash",
+}
 PROVIDER_TYPE = {
     "vllm": "openai_compatible",
     "openai": "openai",
@@ -66,7 +74,7 @@ def provider(name: str, sim: SimHandle, *, weight: int, vision: bool, max_inflig
 name = "{name}"
 type = "{kind}"
 base_url = "{base}"
-model = "qwen3-32b"
+model = "{MODELS[name]}"
 api_key_env = "{name.upper()}_KEY"
 max_inflight = {max_inflight}
 queue_timeout_s = 0.0
@@ -104,7 +112,9 @@ async def fleet(
         sims: dict[str, SimHandle] = {}
         for name in names:
             dialect = "vllm" if name == "vllm" else name
-            sim_config = attrs.evolve(FAST_SIM, dialect=dialect, api_key=KEYS[name])
+            sim_config = attrs.evolve(
+                FAST_SIM, dialect=dialect, api_key=KEYS[name], served_model_name=MODELS[name]
+            )
             sims[name] = await nursery.start(serve_sim, sim_config)
         text = '[server]\nlisten = "127.0.0.1:0"\n[aliases.agent-lite]\n' + "".join(
             provider(
@@ -236,7 +246,7 @@ def reasoning_sent(vendor: str, body: dict[str, Any]) -> object:
     ("vendor", "on", "off"),
     [
         ("vllm", True, False),
-        ("openai", "low", "minimal"),
+        ("openai", "low", "none"),  # gpt-5.1 refuses "minimal"
         ("anthropic", "enabled", "disabled"),
         ("gemini", 2048, 0),
     ],

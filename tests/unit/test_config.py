@@ -292,11 +292,37 @@ def test_cloud_types_default_to_the_vendors_endpoint(
             {"api_key_env": '"K"', "project": '"p"', "location": '"EU West"'},
             "location: expected a region name",
         ),
+        (
+            "openai",
+            {"api_key_env": '"K"', "model_family": '"gpt-5.3"'},
+            "model_family: unknown openai family 'gpt-5.3' (known: gpt-4.1, gpt-4o, gpt-5,",
+        ),
+        (
+            "gemini",
+            {"api_key_env": '"K"', "model_family": '"gpt-5"'},
+            "model_family: unknown gemini family 'gpt-5'",
+        ),
+        (
+            "openai_compatible",
+            {"base_url": '"http://v/v1"', "model_family": '"gpt-5"'},
+            "model_family: only for the cloud vendors' types",
+        ),
+        (
+            "openai",
+            {"api_key_env": '"K"', "reasoning_off": '"minimal"'},
+            "unknown reasoning_off 'minimal' (known: refuse, lowest)",
+        ),
     ],
 )
 def test_cloud_type_mistakes_are_named(kind: str, keys: dict[str, str], expected: str) -> None:
     found = problems(cloud(kind, **keys), environ={"K": "k"})
     assert any(expected in p for p in found), found
+
+
+def test_a_model_family_and_reasoning_off_are_read() -> None:
+    keys = {"api_key_env": '"K"', "model_family": '"gpt-5.1"', "reasoning_off": '"lowest"'}
+    [provider] = parse_config(cloud("openai", **keys), environ={"K": "k"}).aliases["a"].providers
+    assert (provider.model_family, provider.reasoning_off) == ("gpt-5.1", "lowest")
 
 
 def test_a_service_account_file_is_checked_without_quoting_it(tmp_path: Path) -> None:

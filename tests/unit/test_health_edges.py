@@ -17,7 +17,7 @@ from trio_gateway.capacity.health import (
     probe_service,
 )
 from trio_gateway.config.schema import ProviderConfig
-from trio_gateway.core.errors import UpstreamUnreachable
+from trio_gateway.core.errors import UnsupportedParameter, UpstreamUnreachable
 
 
 def config(**fields: object) -> ProviderConfig:
@@ -182,3 +182,29 @@ def test_a_recovery_is_logged_at_info_without_an_error(caplog: pytest.LogCapture
         ("WARNING", "provider p: starting -> unhealthy (down)"),
         ("INFO", "provider p: unhealthy -> healthy"),
     ]
+
+
+async def test_a_refusal_of_the_probes_own_request_is_logged_once_and_keeps_it_in_rotation(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = config(startup_grace_s=0.0, unhealthy_after=1)
+    health = ProviderHealth(cfg, now=trio.current_time())
+    messages = iter(["Unsupported value: 'minimal'"] * 3 + ["Unknown name 'thinkingLevel'"] * 2)
+
+    async def probe() -> None:
+        raise UnsupportedParameter(next(messages), param="reasoning_effort", provider="p")
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(probe_service, "p", cfg, health, probe)
+        await trio.sleep(cfg.probe_interval_s * 4 + 1)
+        nursery.cancel_scope.cancel()
+    # The provider answered every probe: it is in rotation, whatever it said of the request.
+    assert health.state is State.HEALTHY
+    assert health.in_rotation(trio.current_time())
+    assert "Unknown name 'thinkingLevel'" in (health.last_error or "")
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage().partition("rotation): ")[2] for r in errors] == [
+        "Unsupported value: 'minimal'",
+        "Unknown name 'thinkingLevel'",
+    ]
+    assert all("field 'reasoning_effort'" in r.getMessage() for r in errors)

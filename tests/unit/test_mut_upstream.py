@@ -542,13 +542,15 @@ def test_the_shell_s_connections_follow_the_provider_s_config() -> None:
     pool = client._transport._pool  # type: ignore[attr-defined]
     assert pool._keepalive_expiry == upstream_module.KEEPALIVE_EXPIRY_S
     probe = upstream._probe_request
+    # No reasoning switch: some models cannot stop reasoning, and would refuse every probe.
     assert (probe.alias, probe.stream, probe.include_usage, probe.reasoning) == (
         "(probe)",
         False,
         False,
-        False,
+        None,
     )
     assert probe.required == frozenset()
+    assert probe.body == {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
 
 
 def test_a_gate_given_is_the_one_used() -> None:

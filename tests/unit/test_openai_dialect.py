@@ -35,12 +35,12 @@ def test_vllm_extensions_and_gateway_fields_are_not_sent() -> None:
         top_k=5,
         chat_template_kwargs={"enable_thinking": False},
         reasoning=True,
-        temperature=0.5,
+        seed=7,
         functions=[{"name": "f", "parameters": {}}],
     )
     assert body == {
         "messages": [{"role": "user", "content": "hi"}],
-        "temperature": 0.5,
+        "seed": 7,
         "functions": [{"name": "f", "parameters": {}}],
         "model": "gpt-5-mini",
         "stream": True,

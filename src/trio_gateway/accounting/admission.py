@@ -128,7 +128,7 @@ class Limits:
         with the most output the request sent there may produce."""
         if key is None or (key.rpm is None and key.tpm is None and key.budget is None):
             return None
-        prompt = estimate_body_prompt(body, kind)
+        prompt = estimate_body_prompt(body, kind, (r.provider.type for r in reserves))
         # tpm counts the client's limit (else the alias's default_max_tokens), as OpenAI counts
         # its own: a rate, charged once at admission, not the worst case a hold must cover.
         default_max = max((r.provider.default_max_tokens for r in reserves), default=4096)

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from trio_gateway.config.schema import ProviderConfig
-from trio_gateway.core.errors import GatewayError
+from trio_gateway.core.errors import GatewayError, RequestError
 
 log = logging.getLogger("trio_gateway.health")
 
@@ -112,6 +112,8 @@ class ProviderHealth:
 
 
 Probe = Callable[[], Awaitable[None]]
+# Distinct refusals of the probe's own request remembered per provider, so each is logged once.
+MAX_LOGGED_REFUSALS = 32
 ReadLoad = Callable[[], Awaitable[int | None]]
 
 
@@ -136,8 +138,14 @@ async def probe_service(
     Only a ``GatewayError`` (or the probe's deadline) is the provider's failure. Anything else
     is a bug in the gateway: it is logged with its traceback, and the provider's state is left
     as it was, since the provider did nothing wrong.
+
+    A ``RequestError`` (a 4xx the probe's own request earned, or a request the dialect would not
+    send) is neither: the provider answered, so it counts as a success, and the refusal is a
+    configuration error (a model, a family, a field the model refuses), logged at ERROR once
+    per distinct message and kept as the provider's ``last_error`` until real traffic succeeds.
     """
     task_status.started()
+    refusals: dict[str, None] = {}
     while True:
         before = health.state
         failure: str | None = None
@@ -146,6 +154,10 @@ async def probe_service(
                 await probe()
         except trio.TooSlowError:
             failure = f"probe timed out after {config.probe_timeout_s:g} s"
+        except RequestError as exc:
+            health.success()
+            health.last_error = f"probe request refused: {exc}"
+            _log_refusal(name, exc, refusals)
         except GatewayError as exc:
             failure = f"probe failed: {exc}"
         except Exception:
@@ -179,6 +191,23 @@ def log_unreachable(
         config.endpoint,
         health.last_error,
         then,
+    )
+
+
+def _log_refusal(name: str, exc: RequestError, seen: dict[str, None]) -> None:
+    message = str(exc)
+    if message in seen:
+        return
+    if len(seen) >= MAX_LOGGED_REFUSALS:
+        del seen[next(iter(seen))]
+    seen[message] = None
+    field = f" (field {exc.param!r})" if exc.param else ""
+    log.error(
+        "provider %s: the readiness probe's own request was refused%s, a configuration error "
+        "(the provider answered, so it stays in rotation): %s",
+        name,
+        field,
+        message,
     )
 
 

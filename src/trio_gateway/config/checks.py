@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trio_gateway.core.keys import KeysFileError, load_keys
+from trio_gateway.core.model_families import TABLES
 from trio_gateway.redis.url import parse_redis_url
 
 if TYPE_CHECKING:
@@ -87,6 +88,15 @@ def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
         problems.append(f"{where}.default_max_tokens: must be at least 1")
     if p.max_output_tokens is not None and p.max_output_tokens < 1:
         problems.append(f"{where}.max_output_tokens: must be at least 1")
+    if p.model_family is not None:
+        families = TABLES.get(p.type, {})
+        if not families:
+            problems.append(f"{where}.model_family: only for the cloud vendors' types")
+        elif p.model_family not in families:
+            problems.append(
+                f"{where}.model_family: unknown {p.type} family {p.model_family!r} "
+                f"(known: {', '.join(sorted(families))})"
+            )
     for key in ("api_key_file", "credentials_file"):
         path = getattr(p, key)
         if path is not None and (err := _credential_file_problem(path, key)) is not None:

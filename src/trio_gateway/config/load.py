@@ -30,6 +30,7 @@ from trio_gateway.config.schema import (
     OnRedisError,
     OnSaturated,
     ProviderType,
+    ReasoningOff,
     Routing,
     Secret,
     SimulatorConfig,
@@ -105,6 +106,9 @@ def _make_converter() -> cattrs.Converter:
     )
     converter.register_structure_hook_func(
         lambda t: t == OnLeaseError, _literal_hook(("share", "refuse"), "policy")
+    )
+    converter.register_structure_hook_func(
+        lambda t: t == ReasoningOff, _literal_hook(("refuse", "lowest"), "reasoning_off")
     )
     converter.register_structure_hook_func(
         lambda t: t == UsageSinkKind, _literal_hook(("sqlite", "redis_stream", "none"), "sink")

@@ -36,6 +36,8 @@ ROUTINGS: tuple[str, ...] = ("round_robin", "least_loaded", "affinity")
 OnRedisError = Literal["fail_open", "fail_closed"]
 OnLeaseError = Literal["share", "refuse"]
 UsageSinkKind = Literal["sqlite", "redis_stream", "none"]
+# What `reasoning: false` does on a model that cannot stop reasoning (docs/configuration.md).
+ReasoningOff = Literal["refuse", "lowest"]
 
 
 @attrs.frozen
@@ -120,6 +122,12 @@ class ProviderConfig:
     # the gateway's table for the vendor (providers/output_caps.py): anthropic's max_tokens is
     # clamped to it, and a budget hold for a request without a limit counts it.
     max_output_tokens: int | None = None
+    # The cloud vendors: the model family whose rules the dialect follows (docs/providers.md,
+    # "Model families"), in place of the one `model` is matched to.
+    model_family: str | None = None
+    # `reasoning: false` to a model that cannot stop reasoning (o3, gpt-5-pro, gemini-2.5-pro):
+    # a 400 naming the model, or the model's lowest effort.
+    reasoning_off: ReasoningOff = "refuse"
     max_inflight: int = 32
     queue_timeout_s: float = 1.0
     capabilities: frozenset[Capability] = frozenset()

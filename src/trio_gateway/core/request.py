@@ -43,13 +43,13 @@ class ChatRequest:
     # The prompt's estimate (usage.estimate_prompt_tokens), taken when the body is released.
     _prompt_estimate: int | None = attrs.field(default=None, init=False, repr=False)
 
-    def release_body(self) -> None:
-        """Drop the parsed body, keeping the prompt's estimate: once an answer has begun, no
-        other attempt will translate the request, and only a usage record cut short reads it
-        again. A long prompt is otherwise held for as long as its answer streams, thousands of
-        answers at once."""
+    def release_body(self, provider_type: str | None = None) -> None:
+        """Drop the parsed body, keeping the prompt's estimate for the provider (of
+        ``provider_type``) whose answer has begun: no other attempt will translate the request,
+        and only a usage record cut short reads it again. A long prompt is otherwise held for as
+        long as its answer streams, thousands of answers at once."""
         if self._prompt_estimate is None:
-            self._prompt_estimate = estimate_body_prompt(self.body, self.kind)
+            self._prompt_estimate = estimate_body_prompt(self.body, self.kind, (provider_type,))
             self.body = {}
 
     def prompt_estimate(self) -> int:

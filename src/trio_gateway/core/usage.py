@@ -15,19 +15,21 @@ refused key) get a ``refused`` record with zero tokens (:func:`refused_record`).
 sent cumulative counts covering everything it streamed. Then the completion is counted from what
 was streamed (:func:`estimate_tokens`: one token per chunk for OpenAI-style streams, which send
 one token per chunk; characters / 4 elsewhere) and a prompt the vendor never reported is
-estimated from the request's messages the same way.
+estimated from the request's messages (:func:`estimate_prompt_tokens`: its text the same way,
+its media by the vendor's rules).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal, Protocol
 
 import attrs
 
 from trio_gateway.core.events import Usage
 from trio_gateway.core.kind import RequestKind
+from trio_gateway.core.media_tokens import VENDORS, split_media, vendor_tokens, vendors_of
 
 Outcome = Literal["completed", "failed", "cancelled", "refused"]
 OUTCOMES: tuple[str, ...] = ("completed", "failed", "cancelled", "refused")
@@ -100,11 +102,24 @@ class NullSink:
 NULL_SINK = NullSink()
 
 
-def estimate_prompt_tokens(messages: object) -> int:
-    """A prompt the vendor never counted (a cut stream of a vendor without early usage)."""
+def estimate_prompt_tokens(messages: object, provider_types: Iterable[str | None] = (None,)) -> int:
+    """A prompt the vendor has not counted: at admission (before any provider is chosen), and
+    for a cut stream of a vendor without early usage.
+
+    Text is characters / 4 (as JSON: roles and keys count too); each image, audio clip and file
+    is counted by its vendor's rule (``media_tokens.py``), never by its base64. Given several
+    provider types, the most any of them would count (docs/accounting.md, "The prompt
+    estimate")."""
     if not messages:
         return 0
-    return estimate_tokens(len(json.dumps(messages, ensure_ascii=False)))
+    if not isinstance(messages, list):
+        return estimate_tokens(len(json.dumps(messages, ensure_ascii=False)))
+    text, media = split_media(messages)
+    tokens = estimate_tokens(len(json.dumps(text, ensure_ascii=False)))
+    if media:
+        vendors = {v for kind in provider_types for v in vendors_of(kind)} or set(VENDORS)
+        tokens += max(sum(vendor_tokens(m, vendor) for m in media) for vendor in vendors)
+    return tokens
 
 
 def estimate_input_tokens(value: object) -> int:
@@ -125,13 +140,18 @@ def estimate_input_tokens(value: object) -> int:
     return total
 
 
-def estimate_body_prompt(body: Mapping[str, object], kind: RequestKind) -> int:
-    """The prompt of a request body of ``kind``, estimated."""
+def estimate_body_prompt(
+    body: Mapping[str, object],
+    kind: RequestKind,
+    provider_types: Iterable[str | None] = (None,),
+) -> int:
+    """The prompt of a request body of ``kind``, estimated (media by the rules of
+    ``provider_types``' vendors, as :func:`estimate_prompt_tokens`)."""
     if kind is RequestKind.COMPLETIONS:
         return estimate_input_tokens(body.get("prompt"))
     if kind is RequestKind.EMBEDDINGS:
         return estimate_input_tokens(body.get("input"))
-    return estimate_prompt_tokens(body.get("messages"))
+    return estimate_prompt_tokens(body.get("messages"), provider_types)
 
 
 def usage_record(

@@ -325,7 +325,7 @@ class Router:
             if not emitted:
                 emitted = True
                 # No other attempt can follow an answer begun (an error now goes to the client).
-                request.release_body()
+                request.release_body(upstream.config.type)
             await emit(events)
 
         started = trio.current_time()

@@ -141,8 +141,8 @@ class Upstream:
         await self._h1.expire_idle(task_status=task_status)
 
     async def probe(self) -> None:
-        """A real one-token generation with thinking off: proof that the provider generates,
-        which its /health does not give. Raises a GatewayError when it does not."""
+        """A real one-token generation (:func:`probe_request`): proof that the provider
+        generates, which its /health does not give. Raises a GatewayError when it does not."""
 
         async def ignore(events: list[Event]) -> None:
             pass
@@ -431,8 +431,12 @@ class Upstream:
 
 
 def probe_request(config: ProviderConfig) -> ChatRequest:
-    """A provider's probe: one generated token, thinking off (or one embedding), of the kind
-    ``probe_endpoint`` names."""
+    """The readiness probe's request, of the kind ``probe_endpoint`` names: one that every model
+    of every vendor takes. For chat, one short user turn and ``max_tokens: 1`` (Anthropic
+    requires a limit; every vendor takes 1), and nothing else: no reasoning switch (o3 cannot
+    stop reasoning, gemini-2.5-pro refuses a budget of 0, and each would refuse every probe),
+    no sampling fields (reasoning models refuse them). The provider's configured model and
+    dialect translate it as any request."""
     kind = RequestKind(config.probe_endpoint)
     body: dict[str, object] = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1}
     if kind is RequestKind.COMPLETIONS:
@@ -444,7 +448,7 @@ def probe_request(config: ProviderConfig) -> ChatRequest:
         body=body,
         stream=False,
         include_usage=False,
-        reasoning=False,
+        reasoning=None,
         required=frozenset(),
         kind=kind,
     )

@@ -13,6 +13,7 @@ from .config import SimConfig
 from .errors import ApiError
 from .request import ChatRequest
 from .text import count_prompt
+from .vendor_models import anthropic_refusal
 
 MIN_THINKING_BUDGET = 1024
 
@@ -376,6 +377,8 @@ def _validate(data: Mapping[str, Any], config: SimConfig) -> MessagesRequest | A
     thinking = _check_thinking(data, max_tokens, choice)
     if model != config.served_model_name:
         return anthropic_error(404, "not_found_error", f"model: {model}")
+    if (refusal := anthropic_refusal(model, data)) is not None:
+        raise _Invalid(refusal)
     output_cap = config.max_output_tokens or config.max_model_len
     if max_tokens > output_cap:
         raise _Invalid(

@@ -24,6 +24,7 @@ from .errors import ApiError
 from .request import ChatRequest
 from .script import Fault, Generation
 from .text import count_prompt
+from .vendor_models import gemini_refusal, gemini_thinks
 from .wire import dumps
 
 __all__ = [
@@ -347,8 +348,8 @@ class GeminiRequest:
     include_thoughts: bool
 
 
-def _check_generation(config: Any) -> tuple[int | None, bool, bool]:
-    """maxOutputTokens, thinking on, thoughts shown."""
+def _check_generation(config: Any, model: str) -> tuple[int | None, bool, bool]:
+    """maxOutputTokens, thinking on, thoughts shown; what ``model`` refuses is refused."""
     fields = _fields(config or {}, _GENERATION, "generation_config")
     limit = fields.get("maxOutputTokens")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
@@ -363,9 +364,10 @@ def _check_generation(config: Any) -> tuple[int | None, bool, bool]:
     level = thinking.get("thinkingLevel")
     if level is not None and str(level).upper() not in _LEVELS:
         raise _Invalid(f"Invalid value at '{at}.thinking_level', {level!r}")
-    # 2.5-class models think unless the budget is 0.
-    thinks = thinking.get("thinkingBudget", -1) != 0
-    return limit or None, thinks, bool(thinking.get("includeThoughts"))
+    refusal = gemini_refusal(model, thinking)
+    if refusal is not None:
+        raise _Invalid(refusal.message)
+    return limit or None, gemini_thinks(thinking), bool(thinking.get("includeThoughts"))
 
 
 def _validate(data: Mapping[str, Any], config: SimConfig, stream: bool) -> GeminiRequest:
@@ -379,7 +381,9 @@ def _validate(data: Mapping[str, Any], config: SimConfig, stream: bool) -> Gemin
         messages.insert(0, {"role": "system", "content": text})
     tools = _check_tools(fields.get("tools"))
     mode = _check_tool_config(fields.get("toolConfig"))
-    limit, thinking, include_thoughts = _check_generation(fields.get("generationConfig"))
+    limit, thinking, include_thoughts = _check_generation(
+        fields.get("generationConfig"), config.served_model_name
+    )
     prompt = count_prompt(messages, tools or None, thinking=True)
     if prompt.tokens >= config.max_model_len:
         raise _Invalid(

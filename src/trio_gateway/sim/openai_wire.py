@@ -18,6 +18,7 @@ from .errors import ApiError
 from .request import ChatRequest, chat_request_from, decode_body
 from .script import Fault
 from .text import count_prompt
+from .vendor_models import openai_default_effort, openai_refusal
 
 __all__ = [
     "fault_body",
@@ -153,8 +154,12 @@ def parse_openai_request(body: bytes, config: SimConfig) -> ChatRequest | ApiErr
     problem = _unknown_field(data)
     if problem is not None:
         return problem
-    # The model reasons unless told not to; vLLM's switch for that is a template kwarg.
-    thinking = data.get("reasoning_effort") != "none"
+    served = config.served_model_name
+    if data.get("model") == served and (refusal := openai_refusal(served, data)) is not None:
+        return _error(400, refusal.message, param=refusal.param, code=refusal.code)
+    # The model reasons at its default effort unless told otherwise; vLLM's switch for that is
+    # a template kwarg.
+    thinking = (data.get("reasoning_effort") or openai_default_effort(served)) != "none"
     translated = {
         key: value for key, value in data.items() if key not in ("reasoning_effort", "verbosity")
     }

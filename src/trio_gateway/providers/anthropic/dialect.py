@@ -46,6 +46,7 @@ from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.sse import SSEEvent, json_data
 from trio_gateway.core.toolcalls import ToolCallAssembler
 from trio_gateway.core.usage import PartialUsage, estimate_tokens
+from trio_gateway.providers.anthropic.model_rules import apply_model_rules
 from trio_gateway.providers.anthropic.request import (
     DROPPED_FIELDS,
     REFUSED_FIELDS,
@@ -535,7 +536,7 @@ class AnthropicDialect:
 
     def build_call(self, request: ChatRequest, provider: ProviderConfig) -> UpstreamCall:
         chat_only(request, "Anthropic")
-        body = build_body(request, provider)
+        body = apply_model_rules(build_body(request, provider), provider)
         return UpstreamCall(
             url=provider.endpoint + "/v1/messages",
             body=json.dumps(body, ensure_ascii=False).encode(),

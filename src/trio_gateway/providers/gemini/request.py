@@ -9,7 +9,8 @@ field not translated below is never sent. Every OpenAI field, and what Gemini ge
 ``model``                  the URL's model (``provider.model``), never the body
 ``messages``               ``systemInstruction`` + ``contents`` (see :func:`translate_messages`)
 ``max_completion_tokens``  ``generationConfig.maxOutputTokens`` (preferred, as at OpenAI); Gemini
-``max_tokens``             counts thinking inside it, as OpenAI counts reasoning
+``max_tokens``             counts thinking inside it, as OpenAI counts reasoning; at most the
+                           model's output cap
 ``temperature``            ``temperature`` as is (Gemini's range is OpenAI's, 0..2)
 ``top_p``                  ``topP`` as is
 ``top_k`` (vLLM's)         ``topK`` when positive (-1 and 0 are vLLM's "off")
@@ -24,8 +25,8 @@ field not translated below is never sent. Every OpenAI field, and what Gemini ge
                            (``parameters`` takes an OpenAPI subset only); ``strict`` dropped
 ``tool_choice``            ``toolConfig.functionCallingConfig``: auto → AUTO, none → NONE,
                            required → ANY, a named function → ANY + ``allowedFunctionNames``
-``reasoning_effort``,      ``generationConfig.thinkingConfig`` (:func:`thinking_config`)
-``reasoning`` (gateway's)
+``reasoning_effort``,      ``generationConfig.thinkingConfig``, as the model's family takes it
+``reasoning`` (gateway's)  (``model_rules.thinking_config``)
 ``stream``                 the URL (``:streamGenerateContent?alt=sse``), always streamed
 everything else            dropped (:data:`DROPPED_FIELDS`) or refused (:data:`REFUSED_FIELDS`)
 =========================  ======================================================================
@@ -39,12 +40,11 @@ from typing import Any, Final
 import attrs
 
 from trio_gateway.config.schema import ProviderConfig
-from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.request import strict_loads as _strict_loads
+from trio_gateway.providers.gemini.model_rules import output_cap, thinking_config
 from trio_gateway.providers.translate import (
-    budget_for,
     content_texts,
     image_type_from_url,
     parse_data_url,
@@ -321,34 +321,14 @@ def translate_tool_choice(choice: object) -> dict[str, Any] | None:
 # --- generation config -------------------------------------------------------------------------
 
 
-def thinking_config(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any] | None:
-    """``generationConfig.thinkingConfig``, for a provider with the ``reasoning`` capability.
-
-    - reasoning on: ``{includeThoughts: true, thinkingBudget: B}``, B from ``reasoning_effort``
-      (``translate.EFFORT_BUDGET_TOKENS``; ``medium`` when none is given);
-    - reasoning off: ``{thinkingBudget: 0}``: 2.5-class models think unless told not to;
-    - not said: ``{includeThoughts: true}``: the model's default, and when it thinks the
-      thoughts arrive as reasoning instead of being billed unseen.
-
-    Never ``thinkingLevel`` (it may not be sent with a budget). A provider without the
-    capability gets no thinkingConfig at all: models that cannot think refuse one.
-    """
-    if Capability.REASONING not in provider.capabilities:
-        return None
-    if request.reasoning is False:
-        return {"thinkingBudget": 0}
-    if request.reasoning:
-        budget = budget_for(_given(request.body, "reasoning_effort"))
-        return {"includeThoughts": True, "thinkingBudget": budget}
-    return {"includeThoughts": True}
-
-
 def generation_config(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
     body = request.body
     out: dict[str, Any] = {}
+    cap = output_cap(provider)
     for key in ("max_completion_tokens", "max_tokens"):
         if _given(body, key) is not None:
-            out["maxOutputTokens"] = body[key]
+            # Past the model's cap is a limit it cannot reach: the same answer, without a 400.
+            out["maxOutputTokens"] = body[key] if cap is None else min(body[key], cap)
             break
     for openai_key, gemini_key in (
         ("temperature", "temperature"),

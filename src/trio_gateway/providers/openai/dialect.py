@@ -3,8 +3,9 @@
 The wire is the one ``openai_compatible`` parses, so the parser is shared; what differs is the
 request. OpenAI rejects fields it does not know (``Unrecognized request argument supplied``), so
 only its own fields are sent: vLLM's extensions (``chat_template_kwargs``, ``top_k``, ...) and the
-gateway's own are dropped. Reasoning is ``reasoning_effort``; ``max_tokens`` is sent as
-``max_completion_tokens``, the only one reasoning models take.
+gateway's own are dropped. Reasoning is ``reasoning_effort``, as the model's family takes it
+(``model_rules.py``); ``max_tokens`` is sent as ``max_completion_tokens``, the only one reasoning
+models take.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from trio_gateway.config.schema import ProviderConfig
-from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import GatewayError, QuotaExhausted
 from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.providers.dialect import UpstreamCall
 from trio_gateway.providers.errors import error_message_and_param
+from trio_gateway.providers.openai.model_rules import apply_model_rules
 from trio_gateway.providers.openai_compatible.dialect import (
     CALL_HEADERS,
     JSON_CALL_HEADERS,
@@ -72,8 +73,6 @@ OPENAI_COMPLETIONS_FIELDS = frozenset(
     }
 )  # fmt: skip
 OPENAI_EMBEDDINGS_FIELDS = frozenset({"input", "dimensions", "encoding_format", "user"})
-# What "reasoning: false" asks of a reasoning model: the least thinking every one of them takes.
-REASONING_OFF_EFFORT = "minimal"
 
 
 def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
@@ -83,12 +82,7 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
     body.pop("max_tokens", None)
     if "max_completion_tokens" not in body and max_tokens is not None:
         body["max_completion_tokens"] = max_tokens
-    if Capability.REASONING in provider.capabilities:
-        if request.reasoning is False and "reasoning_effort" not in body:
-            body["reasoning_effort"] = REASONING_OFF_EFFORT
-    else:
-        # A model that does not reason rejects the field.
-        body.pop("reasoning_effort", None)
+    apply_model_rules(body, request, provider)
     body["model"] = provider.model
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
