@@ -1,8 +1,9 @@
 """What each cloud vendor's model families take, from the vendors' own pages. Pure data.
 
-Reasoning controls, output caps and the sampling fields a model refuses differ per model, not
-per vendor: ``reasoning_effort: "minimal"`` is what turns gpt-5 down and a 400 from gpt-5.1;
-``thinkingBudget: 0`` turns 2.5 Flash off and is a 400 from 2.5 Pro. The dialects read these
+Reasoning controls and the sampling fields a model refuses differ per model, not per vendor
+(output caps too, held in ``providers/output_caps.py``): ``reasoning_effort: "minimal"`` is
+what turns gpt-5 down and a 400 from gpt-5.1; ``thinkingBudget: 0`` turns 2.5 Flash off and is
+a 400 from 2.5 Pro. The dialects read these
 tables to send each model what it takes (docs/providers.md, "Model families", has them as a
 table with each row's source), and config checks a provider's ``model_family`` against them.
 
@@ -65,7 +66,6 @@ class OpenAIFamily:
     off: str | None
     # What the model does when no effort is sent (None: it does not reason).
     default_effort: str | None
-    max_output_tokens: int
     # Sampling fields the model refuses (at any value but their default): never sent to it...
     refused_sampling: frozenset[str] = frozenset()
     # ... unless its effort is "none" (gpt-5.1 and later take them there).
@@ -84,14 +84,12 @@ class GeminiFamily:
     # What turns thinking off, or down to its least: a budget (0) or a level ("MINIMAL");
     # None: it cannot be turned off ("This model only works in thinking mode").
     off: int | str | None = None
-    max_output_tokens: int
     source: str
 
 
 @attrs.frozen(kw_only=True)
 class AnthropicFamily:
     name: str
-    max_output_tokens: int
     # "`temperature` and `top_p` cannot both be specified for this model."
     one_of_temperature_top_p: bool = False
     source: str
@@ -110,7 +108,6 @@ def _o_series(name: str) -> OpenAIFamily:
         efforts=("low", "medium", "high"),
         off=None,
         default_effort="medium",
-        max_output_tokens=100_000,
         refused_sampling=_O_SERIES_REFUSED,
         source=OPENAI_REASONING_PAGE,
     )
@@ -127,7 +124,6 @@ OPENAI: Final = _by_name(
         efforts=(),
         off=None,
         default_effort="medium",
-        max_output_tokens=65_536,
         refused_sampling=_O_SERIES_REFUSED,
         source=OPENAI_REASONING_PAGE,
     ),
@@ -136,7 +132,6 @@ OPENAI: Final = _by_name(
         efforts=("minimal", "low", "medium", "high"),
         off="minimal",
         default_effort="medium",
-        max_output_tokens=128_000,
         refused_sampling=_GPT5_REFUSED,
         source=OPENAI_EFFORT_PAGE,
     ),
@@ -145,7 +140,6 @@ OPENAI: Final = _by_name(
         efforts=("high",),
         off=None,
         default_effort="high",
-        max_output_tokens=272_000,
         refused_sampling=_GPT5_REFUSED,
         source=OPENAI_EFFORT_PAGE,
     ),
@@ -154,7 +148,6 @@ OPENAI: Final = _by_name(
         efforts=(),
         off=None,
         default_effort=None,
-        max_output_tokens=16_384,
         source=OPENAI_EFFORT_PAGE,
     ),
     OpenAIFamily(
@@ -162,7 +155,6 @@ OPENAI: Final = _by_name(
         efforts=("none", "low", "medium", "high"),
         off="none",
         default_effort="none",
-        max_output_tokens=128_000,
         refused_sampling=_GPT5_REFUSED,
         sampling_at_effort_none=True,
         source=OPENAI_EFFORT_PAGE,
@@ -172,7 +164,6 @@ OPENAI: Final = _by_name(
         efforts=("medium",),
         off=None,
         default_effort="medium",
-        max_output_tokens=16_384,
         refused_sampling=_GPT5_REFUSED,
         source=OPENAI_GPT5_PAGE,
     ),
@@ -181,7 +172,6 @@ OPENAI: Final = _by_name(
         efforts=("none", "low", "medium", "high", "xhigh"),
         off="none",
         default_effort="none",
-        max_output_tokens=128_000,
         refused_sampling=_GPT5_REFUSED,
         sampling_at_effort_none=True,
         source=OPENAI_GPT5_PAGE,
@@ -191,7 +181,6 @@ OPENAI: Final = _by_name(
         efforts=("medium", "high", "xhigh"),
         off=None,
         default_effort="medium",
-        max_output_tokens=128_000,
         refused_sampling=_GPT5_REFUSED,
         source=OPENAI_GPT5_PAGE,
     ),
@@ -201,7 +190,6 @@ OPENAI: Final = _by_name(
         efforts=(),
         off=None,
         default_effort=None,
-        max_output_tokens=32_768,
         source="https://platform.openai.com/docs/models/gpt-4.1",
     ),
     OpenAIFamily(
@@ -209,7 +197,6 @@ OPENAI: Final = _by_name(
         efforts=(),
         off=None,
         default_effort=None,
-        max_output_tokens=16_384,
         source="https://platform.openai.com/docs/models/gpt-4o",
     ),
 )
@@ -220,7 +207,6 @@ GEMINI: Final = _by_name(
         thinks=True,
         budget=(128, 32_768),
         off=None,
-        max_output_tokens=65_536,
         source=GEMINI_THINKING_PAGE,
     ),
     GeminiFamily(
@@ -228,7 +214,6 @@ GEMINI: Final = _by_name(
         thinks=True,
         budget=(1, 24_576),
         off=0,
-        max_output_tokens=65_536,
         source=GEMINI_THINKING_PAGE,
     ),
     GeminiFamily(
@@ -236,7 +221,6 @@ GEMINI: Final = _by_name(
         thinks=True,
         budget=(512, 24_576),
         off=0,
-        max_output_tokens=65_536,
         source=GEMINI_THINKING_PAGE,
     ),
     GeminiFamily(
@@ -244,7 +228,6 @@ GEMINI: Final = _by_name(
         thinks=True,
         levels=("LOW", "HIGH"),
         off=None,
-        max_output_tokens=65_536,
         source=GEMINI_THINKING_PAGE,
     ),
     GeminiFamily(
@@ -252,19 +235,16 @@ GEMINI: Final = _by_name(
         thinks=True,
         levels=("MINIMAL", "LOW", "MEDIUM", "HIGH"),
         off="MINIMAL",
-        max_output_tokens=65_536,
         source=GEMINI_THINKING_PAGE,
     ),
     GeminiFamily(
         name="gemini-2.0-flash",
         thinks=False,
-        max_output_tokens=8_192,
         source=GEMINI_MODELS_PAGE,
     ),
     GeminiFamily(
         name="gemini-2.0-flash-lite",
         thinks=False,
-        max_output_tokens=8_192,
         source=GEMINI_MODELS_PAGE,
     ),
 )
@@ -272,29 +252,24 @@ GEMINI: Final = _by_name(
 ANTHROPIC: Final = _by_name(
     AnthropicFamily(
         name="claude-opus-4-5",
-        max_output_tokens=64_000,
         one_of_temperature_top_p=True,
         source=ANTHROPIC_MODELS_PAGE,
     ),
-    AnthropicFamily(name="claude-opus-4-1", max_output_tokens=32_000, source=ANTHROPIC_MODELS_PAGE),
-    AnthropicFamily(name="claude-opus-4", max_output_tokens=32_000, source=ANTHROPIC_MODELS_PAGE),
+    AnthropicFamily(name="claude-opus-4-1", source=ANTHROPIC_MODELS_PAGE),
+    AnthropicFamily(name="claude-opus-4", source=ANTHROPIC_MODELS_PAGE),
     AnthropicFamily(
         name="claude-sonnet-4-5",
-        max_output_tokens=64_000,
         one_of_temperature_top_p=True,
         source=ANTHROPIC_MIGRATION_PAGE,
     ),
-    AnthropicFamily(name="claude-sonnet-4", max_output_tokens=64_000, source=ANTHROPIC_MODELS_PAGE),
+    AnthropicFamily(name="claude-sonnet-4", source=ANTHROPIC_MODELS_PAGE),
     AnthropicFamily(
         name="claude-haiku-4-5",
-        max_output_tokens=64_000,
         one_of_temperature_top_p=True,
         source=ANTHROPIC_MIGRATION_PAGE,
     ),
-    AnthropicFamily(
-        name="claude-3-7-sonnet", max_output_tokens=64_000, source=ANTHROPIC_MODELS_PAGE
-    ),
-    AnthropicFamily(name="claude-3-5-haiku", max_output_tokens=8_192, source=ANTHROPIC_MODELS_PAGE),
+    AnthropicFamily(name="claude-3-7-sonnet", source=ANTHROPIC_MODELS_PAGE),
+    AnthropicFamily(name="claude-3-5-haiku", source=ANTHROPIC_MODELS_PAGE),
 )
 
 # The table each provider type reads (openai_compatible has none: vLLM serves any model).

@@ -69,27 +69,42 @@ GEMINI_OUTPUT_CAPS: Final[Caps] = (
 GEMINI_UNKNOWN_OUTPUT_CAP: Final = 65_536
 
 
-def _lookup(model: str, caps: Caps, unknown: int) -> int:
+def _lookup(model: str, caps: Caps) -> int | None:
     name = model.lower().removeprefix("models/")
     for prefix, cap in caps:
         if name.startswith(prefix):
             return cap
-    return unknown
+    return None
+
+
+_TABLES: Final[Mapping[str, tuple[Caps, int]]] = {
+    "anthropic": (ANTHROPIC_OUTPUT_CAPS, ANTHROPIC_UNKNOWN_OUTPUT_CAP),
+    "openai": (OPENAI_OUTPUT_CAPS, OPENAI_UNKNOWN_OUTPUT_CAP),
+    "gemini": (GEMINI_OUTPUT_CAPS, GEMINI_UNKNOWN_OUTPUT_CAP),
+    "vertex": (GEMINI_OUTPUT_CAPS, GEMINI_UNKNOWN_OUTPUT_CAP),
+}
+
+
+def known_output_cap(provider: ProviderConfig) -> int | None:
+    """``provider``'s model's output cap when it is known: the operator's ``max_output_tokens``,
+    else the vendor's table. None: a model the table does not know (nothing to clamp to). The
+    one table of output caps: the model families' rules (``*/model_rules.py``) read it too."""
+    if provider.max_output_tokens is not None:
+        return provider.max_output_tokens
+    table = _TABLES.get(provider.type)
+    return None if table is None else _lookup(provider.model, table[0])
 
 
 def model_output_cap(provider: ProviderConfig) -> int:
     """The most output tokens ``provider``'s model produces per request (thinking included):
-    the operator's ``max_output_tokens``, else the vendor's table. ``openai_compatible`` has no
-    table (the served model is the operator's): ``default_max_tokens`` stands in for it."""
-    if provider.max_output_tokens is not None:
-        return provider.max_output_tokens
-    if provider.type == "anthropic":
-        return _lookup(provider.model, ANTHROPIC_OUTPUT_CAPS, ANTHROPIC_UNKNOWN_OUTPUT_CAP)
-    if provider.type == "openai":
-        return _lookup(provider.model, OPENAI_OUTPUT_CAPS, OPENAI_UNKNOWN_OUTPUT_CAP)
-    if provider.type in ("gemini", "vertex"):
-        return _lookup(provider.model, GEMINI_OUTPUT_CAPS, GEMINI_UNKNOWN_OUTPUT_CAP)
-    return provider.default_max_tokens
+    :func:`known_output_cap`, else the vendor's default for an unknown model.
+    ``openai_compatible`` has no table (the served model is the operator's):
+    ``default_max_tokens`` stands in for it."""
+    known = known_output_cap(provider)
+    if known is not None:
+        return known
+    table = _TABLES.get(provider.type)
+    return provider.default_max_tokens if table is None else table[1]
 
 
 def client_output_limit(body: Mapping[str, Any], provider: ProviderConfig) -> int | None:

@@ -15,6 +15,7 @@ from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import UnsupportedParameter
 from trio_gateway.core.model_families import GeminiFamily, gemini_family, nearest_effort
 from trio_gateway.core.request import ChatRequest
+from trio_gateway.providers.output_caps import known_output_cap
 from trio_gateway.providers.translate import budget_for
 
 
@@ -82,5 +83,4 @@ def thinking_config(request: ChatRequest, provider: ProviderConfig) -> dict[str,
 
 def output_cap(provider: ProviderConfig) -> int | None:
     """The most output tokens the provider's model gives (None: unknown)."""
-    family = family_of(provider)
-    return None if family is None else family.max_output_tokens
+    return known_output_cap(provider)

@@ -14,6 +14,7 @@ from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import UnsupportedParameter
 from trio_gateway.core.model_families import OpenAIFamily, openai_family
 from trio_gateway.core.request import ChatRequest
+from trio_gateway.providers.output_caps import known_output_cap
 
 
 def family_of(provider: ProviderConfig) -> OpenAIFamily | None:
@@ -64,6 +65,7 @@ def apply_model_rules(body: dict[str, Any], request: ChatRequest, provider: Prov
         for field in family.refused_sampling:
             body.pop(field, None)
     limit = body.get("max_completion_tokens")
-    if isinstance(limit, int) and limit > family.max_output_tokens:
+    cap = known_output_cap(provider)
+    if isinstance(limit, int) and cap is not None and limit > cap:
         # An upper bound the model cannot reach anyway: the same answer, without the 400.
-        body["max_completion_tokens"] = family.max_output_tokens
+        body["max_completion_tokens"] = cap
