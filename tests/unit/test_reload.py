@@ -134,6 +134,10 @@ def test_alias_changes_are_not_fixed() -> None:
         (["trio-gateway", "sim"], None),
         (["python3", "-m", "http.server"], None),
         (["vim", "gateway.toml"], None),
+        # A command that runs the gateway passes signals on: only the gateway is signalled.
+        (["timeout", "25", ".venv/bin/trio-gateway", "serve"], None),
+        (["strace", "-f", "python3", "-m", "trio_gateway", "serve"], None),
+        (["python3", "-X", "dev", "-m", "trio_gateway", "serve"], "gateway.toml"),
         ([], None),
     ],
 )

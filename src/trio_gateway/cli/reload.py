@@ -39,7 +39,10 @@ def serve_config(argv: Sequence[str]) -> str | None:
     the command line is not one (pure)."""
     words = list(argv)
     program = [i for i, w in enumerate(words) if _is_gateway(w, words[i + 1 : i + 2])]
-    if not program:
+    # The gateway itself, not a command that runs it (`timeout 60 trio-gateway serve`,
+    # `strace ...`): those pass a signal on, so signalling both would signal the gateway twice,
+    # and a second SIGTERM stops it at once.
+    if not program or not _is_interpreter(words[: program[0]]):
         return None
     rest = words[program[0] + 1 :]
     if rest[:1] == ["trio_gateway"]:  # python -m trio_gateway
@@ -56,6 +59,12 @@ def serve_config(argv: Sequence[str]) -> str | None:
         elif word.startswith("--config="):
             config = word.removeprefix("--config=")
     return config
+
+
+def _is_interpreter(words: Sequence[str]) -> bool:
+    """What may come before the program's name: nothing (its own shebang or a frozen binary),
+    or a Python interpreter and its options (``python3 -X dev -m trio_gateway``)."""
+    return not words or Path(words[0]).name.startswith("python")
 
 
 def _is_gateway(word: str, following: Sequence[str]) -> bool:
