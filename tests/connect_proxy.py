@@ -1,8 +1,10 @@
 """A small HTTP proxy for tests: CONNECT tunnels and absolute-form requests in the clear,
-each recorded (the request line and its Proxy-Authorization), on a real socket."""
+each recorded (the request line and its Proxy-Authorization), on a real socket; and a TLS
+front that puts a plain server (the simulator) behind a certificate of a private CA."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -21,8 +23,11 @@ async def _pipe(source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
     try:
         while data := await source.receive_some(65536):
             await sink.send_all(data)
-        await sink.send_eof()  # type: ignore[attr-defined]
-    except (trio.BrokenResourceError, trio.ClosedResourceError, AttributeError):
+        if isinstance(sink, trio.abc.HalfCloseableStream):
+            await sink.send_eof()
+        else:
+            await trio.aclose_forcefully(sink)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
 
 
@@ -77,4 +82,27 @@ async def connect_proxy(*, refuse: bool = False) -> AsyncIterator[tuple[str, See
         )
         port = listeners[0].socket.getsockname()[1]
         yield f"http://127.0.0.1:{port}", seen
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def tls_front(context: ssl.SSLContext, port: int) -> AsyncIterator[str]:
+    """``https://localhost:PORT``: TLS ended here, the bytes relayed to 127.0.0.1:``port``."""
+
+    async def relay(client: trio.SSLStream[trio.SocketStream]) -> None:
+        try:
+            await client.do_handshake()
+        except trio.BrokenResourceError:
+            return  # a client that refused the certificate
+        upstream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_pipe, client, upstream)
+            nursery.start_soon(_pipe, upstream, client)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            partial(trio.serve_ssl_over_tcp, relay, 0, context, host="127.0.0.1")
+        )
+        front_port = listeners[0].transport_listener.socket.getsockname()[1]
+        yield f"https://localhost:{front_port}"
         nursery.cancel_scope.cancel()

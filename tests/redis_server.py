@@ -21,9 +21,14 @@ START_TIMEOUT_S = 10.0
 class RedisServer:
     """One redis-server process; ``kill`` and ``start`` again on the same port."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, *, tls: tuple[str, str] | None = None) -> None:
+        """``tls``: the server's certificate chain and key in one PEM file, and its CA's
+        certificate: TLS only (``rediss://localhost``), no client certificate asked for."""
         self.port = port
-        self.url = f"redis://127.0.0.1:{port}/0"
+        self.tls = tls
+        scheme, host = ("rediss", "localhost") if tls else ("redis", "127.0.0.1")
+        self.url = f"{scheme}://{host}:{port}/0"
+        self.ca_file = tls[1] if tls else None
         self.process: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> None:
@@ -33,11 +38,15 @@ class RedisServer:
                 f"{REDIS_BINARY} is not installed (PATH has no {REDIS_BINARY}): these tests need "
                 "a real Redis; install it (apt-get install redis-server)"
             )
+        ports = ["--port", str(self.port)]
+        if self.tls is not None:
+            chain, ca = self.tls
+            ports = ["--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no"]
+            ports += ["--tls-cert-file", chain, "--tls-key-file", chain, "--tls-ca-cert-file", ca]
         self.process = subprocess.Popen(  # noqa: ASYNC220 - starts and returns at once
             [
                 binary,
-                "--port",
-                str(self.port),
+                *ports,
                 "--bind",
                 "127.0.0.1",
                 "--save",
@@ -48,7 +57,7 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        async with open_redis(self.url) as client:
+        async with open_redis(self.url, ca_file=self.ca_file) as client:
             with trio.fail_after(START_TIMEOUT_S):
                 while True:
                     try:
@@ -66,8 +75,8 @@ class RedisServer:
 
 
 @asynccontextmanager
-async def running_redis() -> AsyncIterator[RedisServer]:
-    server = RedisServer(free_port())
+async def running_redis(*, tls: tuple[str, str] | None = None) -> AsyncIterator[RedisServer]:
+    server = RedisServer(free_port(), tls=tls)
     await server.start()
     try:
         yield server

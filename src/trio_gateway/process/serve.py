@@ -133,7 +133,7 @@ async def _maybe_redis(config: GatewayConfig) -> AsyncIterator[RedisClient | Non
     if config.redis is None:
         yield None
         return
-    async with open_redis(config.redis.url) as client:
+    async with open_redis(config.redis.url, ca_file=config.redis.ca_file) as client:
         yield client
 
 

@@ -17,6 +17,7 @@ one type (``[redis] on_error``).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 
@@ -81,21 +82,42 @@ class RedisClient:
             await self._redis.ping()
 
 
+def _with_cause(exc: BaseException) -> str:
+    """``exc`` and the deepest cause under it: coredis says "Unable to establish a
+    connection" of a certificate it refused, the ``ssl`` error under it says which and why."""
+    deepest = exc
+    for _ in range(8):  # bounded: a chain is short, but never trusted
+        cause = deepest.__cause__ or deepest.__context__
+        if cause is None:
+            break
+        deepest = cause
+    if deepest is exc or not str(deepest) or str(deepest) in str(exc):
+        return str(exc)
+    return f"{exc} ({deepest})"
+
+
 @contextmanager
 def _mapped() -> Iterator[None]:
     """coredis's exceptions (and a socket's) → RedisError: the one boundary."""
     try:
         yield
     except coredis.exceptions.ConnectionError as exc:
-        raise RedisError(f"redis connection failed: {exc}") from exc
+        raise RedisError(f"redis connection failed: {_with_cause(exc)}") from exc
     except coredis.exceptions.RedisError as exc:
         raise RedisError(f"redis answered with an error: {exc}") from exc
     except OSError as exc:
         raise RedisError(f"redis connection failed: {exc}") from exc
 
 
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """``rediss://``'s trust: ``[redis] ca_file``, else the system's store (which OpenSSL takes
+    from ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when they are set). The server's name is sent
+    (SNI) and checked against its certificate."""
+    return ssl.create_default_context(cafile=ca_file)
+
+
 @asynccontextmanager
-async def open_redis(url: str) -> AsyncIterator[RedisClient]:
+async def open_redis(url: str, *, ca_file: str | None = None) -> AsyncIterator[RedisClient]:
     """A client for the life of the block. Nothing is dialled until the first call, so a Redis
     that is down at start-up is the configured policy's business, not a failed start."""
     address = parse_redis_url(url)
@@ -108,6 +130,7 @@ async def open_redis(url: str) -> AsyncIterator[RedisClient]:
         max_connections=MAX_CONNECTIONS,
         retry_policy=NoRetryPolicy(),
         decode_responses=False,
+        ssl_context=tls_context(ca_file) if address.tls else None,
     )
     async with redis:
         yield RedisClient(redis)
