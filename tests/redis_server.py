@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import coredis
 import pytest
 import trio
 from bench.processes import free_port
@@ -21,11 +22,16 @@ START_TIMEOUT_S = 10.0
 class RedisServer:
     """One redis-server process; ``kill`` and ``start`` again on the same port."""
 
-    def __init__(self, port: int, *, tls: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, port: int, *, tls: tuple[str, str] | None = None, cluster_dir: str | None = None
+    ) -> None:
         """``tls``: the server's certificate chain and key in one PEM file, and its CA's
-        certificate: TLS only (``rediss://localhost``), no client certificate asked for."""
+        certificate: TLS only (``rediss://localhost``), no client certificate asked for.
+        ``cluster_dir``: a Redis Cluster of this one node holding every slot (its state file
+        there), which refuses a script whose keys are in different slots (CROSSSLOT)."""
         self.port = port
         self.tls = tls
+        self.cluster_dir = cluster_dir
         scheme, host = ("rediss", "localhost") if tls else ("redis", "127.0.0.1")
         self.url = f"{scheme}://{host}:{port}/0"
         self.ca_file = tls[1] if tls else None
@@ -43,6 +49,8 @@ class RedisServer:
             chain, ca = self.tls
             ports = ["--port", "0", "--tls-port", str(self.port), "--tls-auth-clients", "no"]
             ports += ["--tls-cert-file", chain, "--tls-key-file", chain, "--tls-ca-cert-file", ca]
+        if self.cluster_dir is not None:
+            ports += ["--cluster-enabled", "yes", "--dir", self.cluster_dir]
         self.process = subprocess.Popen(  # noqa: ASYNC220 - starts and returns at once
             [
                 binary,
@@ -65,6 +73,17 @@ class RedisServer:
                         break
                     except RedisError:
                         await trio.sleep(0.02)
+        if self.cluster_dir is not None:
+            await self._own_every_slot()
+
+    async def _own_every_slot(self) -> None:
+        async with coredis.Redis(host="127.0.0.1", port=self.port) as raw:
+            await raw.cluster_addslotsrange([(0, 16383)])
+            with trio.fail_after(START_TIMEOUT_S):
+                while True:  # the node says when it has taken them: no event to wait on
+                    if (await raw.cluster_info()).get("cluster_state") == "ok":
+                        break
+                    await trio.sleep(0.02)
 
     def kill(self) -> None:
         if self.process is not None:
@@ -75,8 +94,10 @@ class RedisServer:
 
 
 @asynccontextmanager
-async def running_redis(*, tls: tuple[str, str] | None = None) -> AsyncIterator[RedisServer]:
-    server = RedisServer(free_port(), tls=tls)
+async def running_redis(
+    *, tls: tuple[str, str] | None = None, cluster_dir: str | None = None
+) -> AsyncIterator[RedisServer]:
+    server = RedisServer(free_port(), tls=tls, cluster_dir=cluster_dir)
     await server.start()
     try:
         yield server

@@ -57,7 +57,7 @@ async def brokers(
 
 async def leases_in_redis(server: RedisServer, key: str) -> int:
     async with coredis.Redis(host="127.0.0.1", port=server.port) as raw:
-        return await raw.zcard(f"{PREFIX}lease:{key}")
+        return await raw.zcard(f"{PREFIX}{{lease}}:{key}")
 
 
 async def meet(gates: list[SharedGate]) -> None:

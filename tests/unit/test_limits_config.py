@@ -103,3 +103,16 @@ def test_a_redis_ca_file_must_be_read_and_needs_tls(tmp_path: Path) -> None:
     assert any(p.startswith(f"redis.ca_file: {bad} holds no PEM") for p in problems(text))
     text = GOOD + f'[redis]\nurl = "redis://cache"\nca_file = "{bad}"\n'
     assert problems(text) == ["redis.ca_file: only for a rediss:// url (TLS)"]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "ok"),
+    [("tgw:", True), ("{tgw}:", True), ("a}b:", True), ("t{:", False), ("t{}:", False)],
+)
+def test_a_key_prefix_keeps_each_script_s_keys_in_one_slot(prefix: str, ok: bool) -> None:
+    text = GOOD + f'[redis]\nurl = "redis://cache"\nkey_prefix = "{prefix}"\n'
+    if ok:
+        assert parse_config(text, environ={"VLLM_API_KEY": "k"}).redis is not None
+    else:
+        found = [p for p in problems(text) if p.startswith("redis.key_prefix")]
+        assert found and "hash tag" in found[0], found

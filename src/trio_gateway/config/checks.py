@@ -97,6 +97,19 @@ def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
     return problems
 
 
+def key_prefix_problem(prefix: str) -> str | None:
+    """A ``{`` in the prefix opens the keys' hash tag (Redis Cluster hashes what is between
+    the first ``{`` and the next ``}``): unclosed, it would take in each key's own part and
+    scatter one script's keys over several slots."""
+    start = prefix.find("{")
+    if start != -1 and prefix.find("}", start) <= start + 1:
+        return (
+            f"{prefix!r} opens a hash tag ('{{') it does not close around something ('}}'); "
+            "remove the braces, or put a whole tag in it, e.g. '{tgw}:' (every key in one slot)"
+        )
+    return None
+
+
 def ca_file_problem(path: str) -> str | None:
     """Whether a file holds certificate authorities a TLS context can load (PEM)."""
     try:
@@ -265,6 +278,8 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
                     problems.append("redis.ca_file: only for a rediss:// url (TLS)")
                 elif (err := ca_file_problem(config.redis.ca_file)) is not None:
                     problems.append(f"redis.ca_file: {err}")
+        if (err := key_prefix_problem(config.redis.key_prefix)) is not None:
+            problems.append(f"redis.key_prefix: {err}")
         if config.redis.timeout_s <= 0:
             problems.append("redis.timeout_s: must be greater than 0")
         # Renewed every third of the TTL, each renewal within timeout_s.
