@@ -3,6 +3,7 @@ handshake through a real CONNECT tunnel (tests/connect_proxy.py)."""
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from pathlib import Path
 
@@ -99,3 +100,54 @@ async def test_http_through_the_proxy_is_sent_in_the_absolute_form() -> None:
     assert seen.lines == [f"POST {url} HTTP/1.1"]
     assert seen.authorizations == ["Basic dTpw"]
     assert targets == [b"POST /v1/chat/completions?x=1 HTTP/1.1"]  # the proxy's own request
+
+
+async def silent_or_chatty(answer: bytes | None, stream: trio.SocketStream) -> None:
+    """A proxy that never answers CONNECT (``None``), or answers ``answer`` and waits."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await stream.receive_some(65536)
+        if answer is not None:
+            await stream.send_all(answer)
+        await trio.sleep_forever()
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (None, "up: connect timed out"),
+        (b"HTTP/1.1 200 OK\r\n" + b"x-pad: " + b"a" * 9000, "answer to CONNECT past 8 KiB"),
+        (b"HTTP/1.1 407 Proxy Authentication Required\r\n\r\n", "refused CONNECT.*407"),
+        (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", "refused CONNECT.*SSH"),
+    ],
+)
+async def test_a_proxy_s_answer_to_connect_is_bounded_in_time_and_size(
+    answer: bytes | None, error: str
+) -> None:
+    async with trio.open_nursery() as nursery:
+        handler = partial(silent_or_chatty, answer)
+        listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+        proxy = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+        client = H1Pool(
+            "up",
+            max_idle=4,
+            idle_expiry_s=60,
+            connect_timeout_s=0.5,
+            write_timeout_s=5,
+            environ={"HTTPS_PROXY": proxy},
+        )
+        with pytest.raises(UpstreamUnreachable, match=error), trio.fail_after(5):
+            await client.post("https://provider.example/v1/chat/completions", {}, b"{}")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_proxy_variable_we_cannot_speak_never_means_direct() -> None:
+    client = H1Pool(
+        "up",
+        max_idle=4,
+        idle_expiry_s=60,
+        connect_timeout_s=1,
+        write_timeout_s=1,
+        environ={"HTTP_PROXY": "socks5://proxy:1080"},
+    )
+    with pytest.raises(UpstreamUnreachable, match=r"up: cannot connect.*http:// proxy URL"):
+        await client.post("http://127.0.0.1:9/v1/chat/completions", {}, b"{}")

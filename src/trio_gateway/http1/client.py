@@ -237,8 +237,12 @@ class H1Pool:
         """Send the request and read the response head; the caller bounds the whole with its
         own deadline (the first-token deadline) and must ``aclose`` the response."""
         origin, target, host = split_url(url)
+        name = self.provider
         try:
             proxy = self.proxy(origin) if origin.scheme == "http" else None
+        except ValueError as exc:  # the variable holds no proxy we speak: never go direct
+            raise UpstreamUnreachable(f"{name}: cannot connect ({exc})", provider=name) from None
+        try:
             if proxy is not None:
                 # Through a proxy in the clear: the absolute form (RFC 9112 section 3.2.2).
                 target = f"http://{host}{target}"
