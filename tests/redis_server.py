@@ -7,6 +7,7 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import coredis
 import pytest
@@ -23,15 +24,21 @@ class RedisServer:
     """One redis-server process; ``kill`` and ``start`` again on the same port."""
 
     def __init__(
-        self, port: int, *, tls: tuple[str, str] | None = None, cluster_dir: str | None = None
+        self,
+        port: int,
+        *,
+        tls: tuple[str, str] | None = None,
+        cluster_dir: str | None = None,
+        slots: tuple[int, int] = (0, 16383),
     ) -> None:
         """``tls``: the server's certificate chain and key in one PEM file, and its CA's
         certificate: TLS only (``rediss://localhost``), no client certificate asked for.
-        ``cluster_dir``: a Redis Cluster of this one node holding every slot (its state file
-        there), which refuses a script whose keys are in different slots (CROSSSLOT)."""
+        ``cluster_dir``: a node of a Redis Cluster (its state file there) holding ``slots``;
+        a cluster refuses a script whose keys are in different slots (CROSSSLOT)."""
         self.port = port
         self.tls = tls
         self.cluster_dir = cluster_dir
+        self.slots = slots
         scheme, host = ("rediss", "localhost") if tls else ("redis", "127.0.0.1")
         self.url = f"{scheme}://{host}:{port}/0"
         self.ca_file = tls[1] if tls else None
@@ -74,13 +81,14 @@ class RedisServer:
                     except RedisError:
                         await trio.sleep(0.02)
         if self.cluster_dir is not None:
-            await self._own_every_slot()
+            async with coredis.Redis(host="127.0.0.1", port=self.port) as raw:
+                await raw.cluster_addslotsrange([self.slots])
 
-    async def _own_every_slot(self) -> None:
+    async def cluster_ok(self) -> None:
+        """Until the node says the cluster serves every slot."""
         async with coredis.Redis(host="127.0.0.1", port=self.port) as raw:
-            await raw.cluster_addslotsrange([(0, 16383)])
             with trio.fail_after(START_TIMEOUT_S):
-                while True:  # the node says when it has taken them: no event to wait on
+                while True:  # the node's own view: no event to wait on
                     if (await raw.cluster_info()).get("cluster_state") == "ok":
                         break
                     await trio.sleep(0.02)
@@ -100,9 +108,36 @@ async def running_redis(
     server = RedisServer(free_port(), tls=tls, cluster_dir=cluster_dir)
     await server.start()
     try:
+        if cluster_dir is not None:
+            await server.cluster_ok()
         yield server
     finally:
         server.kill()
+
+
+@asynccontextmanager
+async def running_redis_cluster(directory: Path, nodes: int = 3) -> AsyncIterator[RedisServer]:
+    """A Redis Cluster of ``nodes`` primaries splitting the slots evenly; the first is
+    yielded (a client finds the others through it)."""
+    step = 16384 // nodes
+    servers = []
+    try:
+        for i in range(nodes):
+            folder = directory / f"node{i}"
+            folder.mkdir()
+            last = 16383 if i == nodes - 1 else (i + 1) * step - 1
+            server = RedisServer(free_port(), cluster_dir=str(folder), slots=(i * step, last))
+            servers.append(server)
+            await server.start()
+        async with coredis.Redis(host="127.0.0.1", port=servers[0].port) as raw:
+            for other in servers[1:]:
+                await raw.cluster_meet("127.0.0.1", other.port)
+        for server in servers:
+            await server.cluster_ok()
+        yield servers[0]
+    finally:
+        for server in servers:
+            server.kill()
 
 
 def pause(server: RedisServer) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.redis_server import running_redis
+from tests.redis_server import running_redis, running_redis_cluster
 from trio_gateway.accounting.limit_store import AdmitArgs, RedisStore
 from trio_gateway.capacity.gate import LeaseBroker
 from trio_gateway.redis.client import RedisClient, Value, open_redis
@@ -90,3 +90,37 @@ async def test_every_script_s_keys_are_in_one_slot_on_a_real_cluster(tmp_path: P
                 assert await inner._redis.cluster_keyslot(k) == slot(k)
         # Different API keys still spread over the cluster.
         assert slot(store._keys("alice")[0]) != slot(store._keys("bob")[0])
+
+
+async def test_leases_limits_and_usage_on_a_three_node_cluster(tmp_path: Path) -> None:
+    """``[redis] cluster = true``: each script goes to the node of its keys' slot; API keys
+    whose slots are on different nodes are admitted and settled, leases and the usage stream
+    work, and nothing is refused as MOVED or CROSSSLOT."""
+    async with (
+        running_redis_cluster(tmp_path) as server,
+        open_redis(server.url, cluster=True) as client,
+    ):
+        store = RedisStore(client, prefix="tgw:")
+        keys = ["alice", "bob", "carol", "dave"]
+        nodes = {slot(store._keys(key)[0]) * 3 // 16384 for key in keys}
+        assert len(nodes) > 1  # the keys' slots are on different nodes
+        for key in keys:
+            args = AdmitArgs(
+                key=key, rpm=10, tpm=1000, tokens=5, budget=100, hold=7, hold_id="h", ttl_s=60
+            )
+            assert (await store.admit(args)).refused is None
+            await store.settle(key, "h", 4)
+            assert await store.spent(key) == 4
+            assert await store.live_holds(key) == 0
+        broker = LeaseBroker(
+            client, key_prefix="tgw:", lease_ttl_s=5, timeout_s=5, on_error="refuse"
+        )
+        gate = broker.gate("vllm", 1)
+        first, second = object(), object()
+        assert await gate.try_acquire(first)
+        assert not await gate.try_acquire(second)
+        await broker._renew()
+        await gate.release(first)
+        assert broker.errors == 0
+        await client.append_stream("tgw:usage", 100, [{"key": "alice"}, {"key": "bob"}])
+        assert await client._redis.xlen("tgw:usage") == 2

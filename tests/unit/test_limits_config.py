@@ -116,3 +116,8 @@ def test_a_key_prefix_keeps_each_script_s_keys_in_one_slot(prefix: str, ok: bool
     else:
         found = [p for p in problems(text) if p.startswith("redis.key_prefix")]
         assert found and "hash tag" in found[0], found
+
+
+def test_a_redis_cluster_has_only_database_0() -> None:
+    text = GOOD + '[redis]\nurl = "redis://node1:6379/2"\ncluster = true\n'
+    assert "redis.url: a Redis Cluster has only database 0" in problems(text)

@@ -273,6 +273,8 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
         except ValueError as exc:
             problems.append(f"redis.url: {exc}")
         else:
+            if config.redis.cluster and parse_redis_url(config.redis.url).db != 0:
+                problems.append("redis.url: a Redis Cluster has only database 0")
             if config.redis.ca_file is not None:
                 if not parse_redis_url(config.redis.url).tls:
                     problems.append("redis.ca_file: only for a rediss:// url (TLS)")

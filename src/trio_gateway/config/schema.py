@@ -202,6 +202,8 @@ class RedisConfig:
     # rediss:// only: the certificate authorities (PEM) the server's certificate is checked
     # against, in place of SSL_CERT_FILE / SSL_CERT_DIR / the system's.
     ca_file: str | None = None
+    # A Redis Cluster: url names one of its nodes, each call goes to its keys' node.
+    cluster: bool = False
     # Every Redis call's deadline: a request never waits on Redis longer than this.
     timeout_s: float = 0.25
     # What a request meets when Redis does not answer in time: served unlimited, or 503.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 import coredis
 import coredis.exceptions
@@ -41,7 +42,7 @@ Value = bytes | str | int | float
 class RedisClient:
     """The gateway's calls, each one command (or one pipelined batch) with errors mapped."""
 
-    def __init__(self, redis: coredis.Redis[bytes]) -> None:
+    def __init__(self, redis: coredis.Redis[bytes] | coredis.RedisCluster[bytes]) -> None:
         self._redis = redis
         self._scripts: dict[str, Script[bytes]] = {}
 
@@ -117,20 +118,30 @@ def tls_context(ca_file: str | None) -> ssl.SSLContext:
 
 
 @asynccontextmanager
-async def open_redis(url: str, *, ca_file: str | None = None) -> AsyncIterator[RedisClient]:
+async def open_redis(
+    url: str, *, ca_file: str | None = None, cluster: bool = False
+) -> AsyncIterator[RedisClient]:
     """A client for the life of the block. Nothing is dialled until the first call, so a Redis
-    that is down at start-up is the configured policy's business, not a failed start."""
+    that is down at start-up is the configured policy's business, not a failed start.
+    ``cluster``: a Redis Cluster, ``url`` one of its nodes; each call goes to the node of its
+    keys' slot (a script's keys share a hash tag: one slot, one node)."""
     address = parse_redis_url(url)
-    redis: coredis.Redis[bytes] = coredis.Redis(
-        host=address.host,
-        port=address.port,
-        db=address.db,
-        username=address.username,
-        password=address.password,
-        max_connections=MAX_CONNECTIONS,
-        retry_policy=NoRetryPolicy(),
-        decode_responses=False,
-        ssl_context=tls_context(ca_file) if address.tls else None,
-    )
+    common: dict[str, Any] = {
+        "host": address.host,
+        "port": address.port,
+        "username": address.username,
+        "password": address.password,
+        "retry_policy": NoRetryPolicy(),
+        "decode_responses": False,
+        "ssl_context": tls_context(ca_file) if address.tls else None,
+    }
+    redis: coredis.Redis[bytes] | coredis.RedisCluster[bytes]
+    if cluster:
+        # Per node: a cluster of N primaries holds at most N x this.
+        redis = coredis.RedisCluster(
+            max_connections_per_node=True, max_connections=MAX_CONNECTIONS, **common
+        )
+    else:
+        redis = coredis.Redis(db=address.db, max_connections=MAX_CONNECTIONS, **common)
     async with redis:
         yield RedisClient(redis)
