@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Literal
 
 import coredis
+import pytest
 import trio
 import trio.testing
 
 from tests.redis_server import RedisServer, pause, resume, running_redis
+from tests.unit.test_h1_client_tls import make_ca_and_server
 from trio_gateway.capacity.gate import POLL_MAX_S, GateStats, LeaseBroker, SharedGate
-from trio_gateway.redis.client import open_redis
+from trio_gateway.redis.client import RedisError, open_redis
 
 TTL_S = 0.6
 TIMEOUT_S = 0.25
@@ -54,7 +57,7 @@ async def brokers(
 
 async def leases_in_redis(server: RedisServer, key: str) -> int:
     async with coredis.Redis(host="127.0.0.1", port=server.port) as raw:
-        return await raw.zcard(f"{PREFIX}lease:{key}")
+        return await raw.zcard(f"{PREFIX}{{lease}}:{key}")
 
 
 async def meet(gates: list[SharedGate]) -> None:
@@ -369,3 +372,35 @@ async def test_an_acquire_cancelled_mid_call_leaves_no_lease_behind() -> None:
         # Some were cancelled, some not: the deadlines spanned the whole call.
         assert 0 < granted < 200
         assert await leases_in_redis(server, "vllm") == 0
+
+
+async def test_leases_over_tls_trust_the_ca_file_and_nothing_else(tmp_path: Path) -> None:
+    """A managed Redis speaks TLS only (``rediss://``): its certificate is checked against
+    ``[redis] ca_file`` and its name (SNI, ``localhost`` here)."""
+    ca, _ = make_ca_and_server(tmp_path)
+    tls = (str(tmp_path / "server.pem"), str(ca))
+    (tmp_path / "other").mkdir()
+    other, _ = make_ca_and_server(tmp_path / "other")
+    async with running_redis(tls=tls) as server:
+        assert server.url.startswith("rediss://localhost:")
+        async with open_redis(server.url, ca_file=server.ca_file) as client:
+            broker = LeaseBroker(
+                client,
+                key_prefix=PREFIX,
+                lease_ttl_s=TTL_S,
+                timeout_s=PATIENT_TIMEOUT_S,
+                on_error="refuse",
+            )
+            gate = broker.gate("vllm", 1)
+            first, second = object(), object()
+            assert await gate.try_acquire(first)
+            assert not await gate.try_acquire(second)
+            await gate.release(first)
+            assert broker.errors == 0
+        async with open_redis(server.url, ca_file=str(other)) as client:
+            with pytest.raises(RedisError, match="certificate verify failed"):
+                await client.ping()
+        plain = server.url.replace("rediss://", "redis://")
+        async with open_redis(plain) as client:
+            with pytest.raises(RedisError), trio.fail_after(5):
+                await client.ping()

@@ -39,7 +39,7 @@ def test_every_file_path_key_of_the_schema_is_read_from_the_config_s_directory(
         for field in attrs.fields(cls)
         if field.name.endswith("_file") or field.name in ("ledger", "path")
     }
-    resolved = {"AuthConfig.keys_file", "UsageConfig.ledger"} | {
+    resolved = {"AuthConfig.keys_file", "UsageConfig.ledger", "RedisConfig.ca_file"} | {
         f"ProviderConfig.{key}" for key in PROVIDER_PATH_KEYS
     }
     assert file_keys == resolved
@@ -119,3 +119,22 @@ def test_an_unknown_key_gets_the_nearest_known_one() -> None:
     ]
     found = problems(PROVIDER + '[simulators.s]\nlisen = "127.0.0.1:0"\n')
     assert found[-1] == "simulators.s: unknown key 'lisen' (did you mean 'listen'?)"
+
+
+def test_a_provider_s_ca_file_is_read_from_the_config_s_directory_and_checked(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(PROVIDER + 'ca_file = "corp-ca.pem"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert info.value.problems == [
+        f"aliases.a.providers[0].ca_file: cannot read {tmp_path / 'corp-ca.pem'}: No such file "
+        "or directory"
+    ]
+    (tmp_path / "corp-ca.pem").write_text("not a certificate")
+    with pytest.raises(ConfigError) as info:
+        load_config(config)
+    assert info.value.problems[0].startswith(
+        f"aliases.a.providers[0].ca_file: {tmp_path / 'corp-ca.pem'} holds no PEM certificate"
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.unit.test_config import GOOD, problems
@@ -44,7 +46,7 @@ def test_every_problem_is_named() -> None:
     text = text.replace('on_error = "fail_sideways"', 'on_error = "fail_open"')
     found = problems(text)
     assert "providers.vllm-a.price_output_per_mtok: must be at least 0" in found
-    assert "redis.url: expected redis://HOST:PORT/DB" in found
+    assert "redis.url: expected redis://HOST:PORT/DB or rediss://HOST:PORT/DB (TLS)" in found
     assert "redis.timeout_s: must be greater than 0" in found
     assert "limits.hold_ttl_s: must be greater than 0" in found
 
@@ -65,6 +67,11 @@ def test_a_redis_stream_needs_redis() -> None:
             RedisAddress(host="cache", port=6379, db=1, username="billing", password="p@ss"),
         ),
         ("redis://:secret@cache/3", RedisAddress(host="cache", port=6379, db=3, password="secret")),
+        # TLS (a managed Redis): the same parts, and the server's certificate checked.
+        (
+            "rediss://:secret@cache:6380",
+            RedisAddress(host="cache", port=6380, db=0, password="secret", tls=True),
+        ),
     ],
 )
 def test_redis_urls(url: str, expected: RedisAddress) -> None:
@@ -78,7 +85,7 @@ def test_redis_urls(url: str, expected: RedisAddress) -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("rediss://cache", "expected redis://HOST:PORT/DB"),
+        ("http://cache", "expected redis://HOST:PORT/DB or rediss://HOST:PORT/DB (TLS)"),
         ("redis:///0", "expected redis://HOST:PORT/DB"),
         ("redis://cache/zero", "database 'zero' is not a number"),
         ("redis://cache:99999/0", "port: "),
@@ -87,3 +94,30 @@ def test_redis_urls(url: str, expected: RedisAddress) -> None:
 def test_bad_redis_urls_are_named(url: str, message: str) -> None:
     text = GOOD + f'[redis]\nurl = "{url}"\n'
     assert any(p.startswith(f"redis.url: {message}") for p in problems(text)), problems(text)
+
+
+def test_a_redis_ca_file_must_be_read_and_needs_tls(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-ca.pem"
+    bad.write_text("hello")
+    text = GOOD + f'[redis]\nurl = "rediss://cache"\nca_file = "{bad}"\n'
+    assert any(p.startswith(f"redis.ca_file: {bad} holds no PEM") for p in problems(text))
+    text = GOOD + f'[redis]\nurl = "redis://cache"\nca_file = "{bad}"\n'
+    assert problems(text) == ["redis.ca_file: only for a rediss:// url (TLS)"]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "ok"),
+    [("tgw:", True), ("{tgw}:", True), ("a}b:", True), ("t{:", False), ("t{}:", False)],
+)
+def test_a_key_prefix_keeps_each_script_s_keys_in_one_slot(prefix: str, ok: bool) -> None:
+    text = GOOD + f'[redis]\nurl = "redis://cache"\nkey_prefix = "{prefix}"\n'
+    if ok:
+        assert parse_config(text, environ={"VLLM_API_KEY": "k"}).redis is not None
+    else:
+        found = [p for p in problems(text) if p.startswith("redis.key_prefix")]
+        assert found and "hash tag" in found[0], found
+
+
+def test_a_redis_cluster_has_only_database_0() -> None:
+    text = GOOD + '[redis]\nurl = "redis://node1:6379/2"\ncluster = true\n'
+    assert "redis.url: a Redis Cluster has only database 0" in problems(text)

@@ -186,7 +186,7 @@ def test_statistics_and_the_client_limits() -> None:
     stats = upstream.statistics()
     assert (stats.in_flight, stats.waiting, stats.max_inflight) == (0, 0, 3)
     client = Upstream.make_client(provider(max_inflight=5, connect_timeout_s=2.5))
-    pool = client._transport._pool  # type: ignore[attr-defined]
+    pool = client._transport._direct._pool  # type: ignore[attr-defined]
     assert pool._max_connections == 5 + upstream_module.POOL_HEADROOM
     assert pool._max_keepalive_connections == 5
     assert client.timeout == httpx.Timeout(connect=2.5, pool=2.5, write=2.5, read=None)
@@ -539,7 +539,7 @@ def test_the_shell_s_connections_follow_the_provider_s_config() -> None:
     assert (h1.connect_timeout_s, h1.write_timeout_s) == (1.5, 1.5)
     assert upstream_module.KEEPALIVE_EXPIRY_S == 2.0
     client = Upstream.make_client(provider(max_inflight=6))
-    pool = client._transport._pool  # type: ignore[attr-defined]
+    pool = client._transport._direct._pool  # type: ignore[attr-defined]
     assert pool._keepalive_expiry == upstream_module.KEEPALIVE_EXPIRY_S
     probe = upstream._probe_request
     # No reasoning switch: some models cannot stop reasoning, and would refuse every probe.

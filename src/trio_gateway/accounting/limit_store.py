@@ -8,10 +8,12 @@ Both stores answer the same two calls with the same meaning:
   mid-request leaves no hold behind). Nothing is taken when anything refuses.
 - ``settle``: add the real cost to ``spent`` and delete the hold.
 
-Redis keys, under a prefix (default ``tgw:``): ``rl:req:KEY`` and ``rl:tok:KEY`` (the GCRA
-``tat`` in ms, with a TTL of a minute past it), ``spent:KEY`` (nanos, no TTL), ``holds:KEY`` (a
-hash hold id → nanos) and ``holdexp:KEY`` (a sorted set hold id → expiry in ms): each script
-first drops the expired holds, so a dead replica's holds stop counting at their expiry.
+Redis keys, under a prefix (default ``tgw:``): ``rl:req:{KEY}`` and ``rl:tok:{KEY}`` (the GCRA
+``tat`` in ms, with a TTL of a minute past it), ``spent:{KEY}`` (nanos, no TTL), ``holds:{KEY}``
+(a hash hold id → nanos) and ``holdexp:{KEY}`` (a sorted set hold id → expiry in ms): each script
+first drops the expired holds, so a dead replica's holds stop counting at their expiry. The
+API key's name in braces is the keys' hash tag: one script's keys are in one slot (Redis
+Cluster runs a script only on those), and different API keys spread over the slots.
 """
 
 from __future__ import annotations
@@ -202,11 +204,12 @@ class RedisStore:
         self.prefix = prefix
 
     def _keys(self, key: str) -> list[str]:
-        p = self.prefix
-        return [f"{p}rl:req:{key}", f"{p}rl:tok:{key}", f"{p}spent:{key}", *self._hold_keys(key)]
+        p, tag = self.prefix, f"{{{key}}}"
+        return [f"{p}rl:req:{tag}", f"{p}rl:tok:{tag}", f"{p}spent:{tag}", *self._hold_keys(key)]
 
     def _hold_keys(self, key: str) -> list[str]:
-        return [f"{self.prefix}holds:{key}", f"{self.prefix}holdexp:{key}"]
+        tag = f"{{{key}}}"
+        return [f"{self.prefix}holds:{tag}", f"{self.prefix}holdexp:{tag}"]
 
     async def admit(self, args: AdmitArgs) -> AdmitResult:
         reply = await self.client.run_script(
@@ -241,7 +244,7 @@ class RedisStore:
         await self.client.run_script(SETTLE_SCRIPT, [spent, holds, exp], [hold_id, cost])
 
     async def spent(self, key: str) -> int:
-        return await self.client.get_int(f"{self.prefix}spent:{key}")
+        return await self.client.get_int(self._keys(key)[2])
 
     async def live_holds(self, key: str) -> int:
         return await self.client.hash_len(self._hold_keys(key)[0])

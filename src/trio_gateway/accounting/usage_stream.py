@@ -51,9 +51,18 @@ def stream_fields(record: UsageRecord) -> dict[str, str]:
 
 
 class RedisStreamSink(QueuedSink):
-    def __init__(self, config: UsageConfig, url: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        config: UsageConfig,
+        url: str,
+        timeout_s: float,
+        ca_file: str | None = None,
+        cluster: bool = False,
+    ) -> None:
         super().__init__(config)
         self.url = url
+        self.ca_file = ca_file
+        self.cluster = cluster
         self.stream = config.stream
         self.maxlen = config.stream_maxlen
         self.timeout_s = max(timeout_s, MIN_BATCH_TIMEOUT_S)
@@ -73,7 +82,7 @@ async def serve_usage_stream(
     """
     task_status.started()
     with sink._scope:
-        async with open_redis(sink.url) as client:
+        async with open_redis(sink.url, ca_file=sink.ca_file, cluster=sink.cluster) as client:
             async for batch in sink._batches():
                 problem = ""
                 with trio.move_on_after(sink.timeout_s) as late:
@@ -95,7 +104,10 @@ async def serve_usage_stream(
 async def open_usage_stream(config: GatewayConfig) -> AsyncIterator[RedisStreamSink]:
     assert config.redis is not None  # config checks: redis_stream needs [redis]
     async with trio.open_nursery() as nursery:
-        sink = RedisStreamSink(config.usage, config.redis.url, config.redis.timeout_s)
+        redis = config.redis
+        sink = RedisStreamSink(
+            config.usage, redis.url, redis.timeout_s, ca_file=redis.ca_file, cluster=redis.cluster
+        )
         await nursery.start(serve_usage_stream, sink)
         log.info(
             "usage: redis stream %s on %s",

@@ -3,13 +3,15 @@ gateway process through Redis. ``LocalGate`` is a ``trio.CapacityLimiter``. ``Sh
 takes a slot of its own ``CapacityLimiter``, so no process exceeds the limit on its own, then a
 *lease* in Redis, so that all together do not either (3 processes allowing 8 put 8 upstream).
 
-Redis keys, under a prefix (``[redis] key_prefix``):
+Redis keys, under a prefix (``[redis] key_prefix``), all with the hash tag ``{lease}``: a script
+touches a gate's key and ``{lease}:procs`` together, and a Redis Cluster (or a managed Redis that
+checks slots) runs a script only on keys of one slot.
 
-- ``lease:KEY`` — a sorted set, one member ``PROCESS_ID:N`` per slot held anywhere, scored by
+- ``{lease}:KEY`` — a sorted set, one member ``PROCESS_ID:N`` per slot held anywhere, scored by
   its expiry in ms. Each script first drops the expired members, then compares the count with
   the limit passed in *that* call (processes reloading to another limit disagree only briefly).
   The key itself expires with its longest-lived member.
-- ``lease:procs`` — a sorted set process id → expiry in ms: the live gateway processes, which
+- ``{lease}:procs`` — a sorted set process id → expiry in ms: the live gateway processes, which
   every acquire and renewal heartbeats. Their number (``peers``) sizes the fallback share.
 
 Time is Redis's (``TIME`` inside the scripts): the gateways' clocks may disagree, Redis's is one.
@@ -195,7 +197,7 @@ class SharedGate:
         # Leases held cluster-wide, as the last script that answered counted them.
         self.cluster_in_flight: int | None = None
         self._broker = broker
-        self._redis_key = f"{broker.key_prefix}lease:{key}"
+        self._redis_key = f"{broker.key_prefix}{{lease}}:{key}"
         self._limiter = trio.CapacityLimiter(max_inflight)
         # Granted borrowers → their lease; None: no lease (granted in fallback, or lost).
         self._granted: dict[object, str | None] = {}
@@ -366,13 +368,13 @@ class LeaseBroker:
         self._gates: dict[str, SharedGate] = {}
         self._serial = itertools.count()
         self._ttl_ms = max(1, round(lease_ttl_s * 1000))
-        self._procs_key = f"{key_prefix}lease:procs"
+        self._procs_key = f"{key_prefix}{{lease}}:procs"
 
     def gate(self, key: str, max_inflight: int) -> SharedGate:
         """The gate of ``key``; the same object for the same key, resized to ``max_inflight``
         when a reload changed it."""
         if key == "procs":
-            raise ValueError("'procs' is reserved: lease:procs holds the live processes")
+            raise ValueError("'procs' is reserved: {lease}:procs holds the live processes")
         gate = self._gates.get(key)
         if gate is None:
             gate = self._gates[key] = SharedGate(self, key, max_inflight)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,7 +102,33 @@ def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
         path = getattr(p, key)
         if path is not None and (err := _credential_file_problem(path, key)) is not None:
             problems.append(f"{where}.{key}: {err}")
+    if p.ca_file is not None and (err := ca_file_problem(p.ca_file)) is not None:
+        problems.append(f"{where}.ca_file: {err}")
     return problems
+
+
+def key_prefix_problem(prefix: str) -> str | None:
+    """A ``{`` in the prefix opens the keys' hash tag (Redis Cluster hashes what is between
+    the first ``{`` and the next ``}``): unclosed, it would take in each key's own part and
+    scatter one script's keys over several slots."""
+    start = prefix.find("{")
+    if start != -1 and prefix.find("}", start) <= start + 1:
+        return (
+            f"{prefix!r} opens a hash tag ('{{') it does not close around something ('}}'); "
+            "remove the braces, or put a whole tag in it, e.g. '{tgw}:' (every key in one slot)"
+        )
+    return None
+
+
+def ca_file_problem(path: str) -> str | None:
+    """Whether a file holds certificate authorities a TLS context can load (PEM)."""
+    try:
+        ssl.create_default_context(cafile=path)
+    except ssl.SSLError as exc:  # an OSError too: first
+        return f"{path} holds no PEM certificate ({exc.reason or exc})"
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    return None
 
 
 def _credential_file_problem(path: str, key: str) -> str | None:
@@ -255,6 +282,16 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
             parse_redis_url(config.redis.url)
         except ValueError as exc:
             problems.append(f"redis.url: {exc}")
+        else:
+            if config.redis.cluster and parse_redis_url(config.redis.url).db != 0:
+                problems.append("redis.url: a Redis Cluster has only database 0")
+            if config.redis.ca_file is not None:
+                if not parse_redis_url(config.redis.url).tls:
+                    problems.append("redis.ca_file: only for a rediss:// url (TLS)")
+                elif (err := ca_file_problem(config.redis.ca_file)) is not None:
+                    problems.append(f"redis.ca_file: {err}")
+        if (err := key_prefix_problem(config.redis.key_prefix)) is not None:
+            problems.append(f"redis.key_prefix: {err}")
         if config.redis.timeout_s <= 0:
             problems.append("redis.timeout_s: must be greater than 0")
         # Renewed every third of the TTL, each renewal within timeout_s.

@@ -319,11 +319,11 @@ _NOT_FILES = ("", "none", ":memory:")
 
 
 def resolve_paths(raw: dict[str, Any], base_dir: Path) -> None:
-    """Make every file path of a config's TOML (``auth.keys_file``, ``usage.ledger``, and a
-    provider's ``PROVIDER_PATH_KEYS``) absolute, a relative one taken from ``base_dir``, in
-    place: a config means the same files whatever the working directory of the command
-    reading it, and every message names the file it tried. A value of the wrong type is left
-    for the structure's check to name."""
+    """Make every file path of a config's TOML (``auth.keys_file``, ``usage.ledger``,
+    ``redis.ca_file``, and a provider's ``PROVIDER_PATH_KEYS``) absolute, a relative one taken
+    from ``base_dir``, in place: a config means the same files whatever the working directory
+    of the command reading it, and every message names the file it tried. A value of the
+    wrong type is left for the structure's check to name."""
 
     def resolve(table: object, key: str) -> None:
         value = table.get(key) if isinstance(table, dict) else None
@@ -333,6 +333,7 @@ def resolve_paths(raw: dict[str, Any], base_dir: Path) -> None:
 
     resolve(raw.get("auth"), "keys_file")
     resolve(raw.get("usage"), "ledger")
+    resolve(raw.get("redis"), "ca_file")
     aliases = raw.get("aliases")
     for alias in aliases.values() if isinstance(aliases, dict) else ():
         providers = alias.get("providers") if isinstance(alias, dict) else None

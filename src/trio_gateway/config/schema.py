@@ -29,7 +29,7 @@ DEFAULT_BASE_URLS = {
 # A provider's keys that name a file. Every file path of a config (these, ``auth.keys_file``
 # and ``usage.ledger``), when relative, is read from the config file's directory
 # (load.resolve_paths), the same whichever directory a command runs in.
-PROVIDER_PATH_KEYS = ("api_key_file", "credentials_file")
+PROVIDER_PATH_KEYS = ("api_key_file", "credentials_file", "ca_file")
 OnSaturated = Literal["spill", "queue"]
 Routing = Literal["round_robin", "least_loaded", "affinity"]
 ROUTINGS: tuple[str, ...] = ("round_robin", "least_loaded", "affinity")
@@ -134,6 +134,10 @@ class ProviderConfig:
     weight: int = 100
     strip_fields: tuple[str, ...] = ()
     connect_timeout_s: float = 5.0
+    # The certificate authorities (PEM) this provider's TLS peers are signed by, in place of
+    # SSL_CERT_FILE / SSL_CERT_DIR / certifi's: for the chat exchange and every side request
+    # (a private CA, or a TLS-inspecting proxy's; http1/tls.py).
+    ca_file: str | None = None
     first_token_timeout_s: float = 120.0
     idle_timeout_s: float = 60.0
     # Readiness: a real one-token generation, outside the gate.
@@ -203,6 +207,11 @@ class RedisConfig:
     """``[redis]``: where budgets, holds and rate limits are shared between replicas."""
 
     url: str
+    # rediss:// only: the certificate authorities (PEM) the server's certificate is checked
+    # against, in place of SSL_CERT_FILE / SSL_CERT_DIR / the system's.
+    ca_file: str | None = None
+    # A Redis Cluster: url names one of its nodes, each call goes to its keys' node.
+    cluster: bool = False
     # Every Redis call's deadline: a request never waits on Redis longer than this.
     timeout_s: float = 0.25
     # What a request meets when Redis does not answer in time: served unlimited, or 503.

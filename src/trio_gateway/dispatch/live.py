@@ -115,6 +115,9 @@ async def open_provider(
 ) -> Running:
     """Its connection pools, gates and health; nothing is dialled yet."""
     stack = AsyncExitStack()
+    # One trust for every client of the provider: the chat exchange, /load and /metrics, the
+    # Vertex token exchange (http1/tls.py).
+    tls = Upstream.trust(config)
     try:
         now = trio.current_time()
         if config.endpoints:
@@ -122,21 +125,23 @@ async def open_provider(
             for url in config.endpoints:
                 own = replica_config(config, url)
                 label = replica_label(url)
-                client = await stack.enter_async_context(Upstream.make_client(own))
+                client = await stack.enter_async_context(Upstream.make_client(own, tls))
                 upstream = Upstream(
                     own,
                     credential_source(own, api_keys, client),
                     client,
                     gate=gates.make(f"{config.name}@{label}", own.max_inflight),
+                    tls=tls,
                 )
                 replicas.append(Replica(label, upstream, ProviderHealth(own, now=now)))
             return Running(ReplicaSet(config, replicas), None, stack)
-        client = await stack.enter_async_context(Upstream.make_client(config))
+        client = await stack.enter_async_context(Upstream.make_client(config, tls))
         upstream = Upstream(
             config,
             credential_source(config, api_keys, client),
             client,
             gate=gates.make(config.name, config.max_inflight),
+            tls=tls,
         )
         return Running(upstream, ProviderHealth(config, now=now), stack)
     except BaseException:

@@ -3,9 +3,10 @@
 The per-chunk read is one socket read and one pass of llhttp (``response.py``): no async
 generator layers, no cancel scope per read (the caller's ``ReadTimer`` bounds reads). Everything
 else the upstream exchange needs is here too, and nothing more: a bounded set of idle
-connections per origin, TLS with httpx's trust store, and the one boundary where socket, TLS
-and protocol failures become the gateway's errors, named as before (``cannot connect``,
-``connect timed out``, ``connection lost``).
+connections per origin, TLS with the provider's trust (``tls.py``), an egress proxy from the
+environment (``proxy.py``: CONNECT for https, the absolute form for http), and the one boundary
+where socket, TLS and protocol failures become the gateway's errors, named as before
+(``cannot connect``, ``connect timed out``, ``connection lost``).
 
 A connection goes back to the idle set only after a whole body on a keep-alive response;
 anything else (an error, a cancel, a body not read to its end) closes it. Idle connections are
@@ -21,7 +22,7 @@ import os
 import select
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import NoReturn
 from urllib.parse import urlsplit
 
@@ -32,7 +33,9 @@ import trio
 from trio_gateway.core.errors import UpstreamProtocolError, UpstreamUnreachable
 from trio_gateway.http1.dial import open_tcp_stream
 from trio_gateway.http1.errors import H1Error
+from trio_gateway.http1.proxy import Proxy, proxy_for
 from trio_gateway.http1.response import ResponseHead, ResponseParser
+from trio_gateway.http1.tls import trust_context
 
 # One read of a stream's body, at most. A stream whose client is slow holds one read and its
 # rendered chunks while it waits for room (the upstream keeps sending meanwhile, so the next read
@@ -47,6 +50,8 @@ READ_BYTES = 16384
 # a 100 ms round trip, 160 KB/s, several times the fastest token stream. Set before the
 # handshake (dial.py): set after it, a loopback answer held back once crawled ever after.
 UPSTREAM_RCVBUF_BYTES = 16384
+# A proxy's answer to CONNECT is a head and nothing more; one past this is not a proxy's.
+MAX_PROXY_HEAD_BYTES = 8192
 
 
 @attrs.frozen
@@ -118,6 +123,8 @@ class H1Pool:
         connect_timeout_s: float,
         write_timeout_s: float,
         connect: Callable[[Origin], Awaitable[trio.abc.Stream]] | None = None,
+        tls: ssl.SSLContext | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.provider = provider
         # Tests put an in-memory server here; by default, TCP (and TLS for https).
@@ -127,7 +134,10 @@ class H1Pool:
         self.connect_timeout_s = connect_timeout_s
         self.write_timeout_s = write_timeout_s
         self._idle: dict[Origin, list[tuple[trio.abc.Stream, float]]] = {}
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl = tls
+        # HTTPS_PROXY / HTTP_PROXY / NO_PROXY (proxy.py), read when the pool is made.
+        self._environ = dict(os.environ if environ is None else environ)
+        self._proxies: dict[Origin, Proxy | None] = {}
 
     def idle_count(self) -> int:
         return sum(len(v) for v in self._idle.values())
@@ -185,13 +195,23 @@ class H1Pool:
         idle.append((stream, trio.current_time()))
         return True
 
+    def proxy(self, origin: Origin) -> Proxy | None:
+        """The egress proxy of ``origin`` (proxy.py), decided once per origin."""
+        if origin not in self._proxies:
+            url = f"{origin.scheme}://{origin.host}:{origin.port}"
+            self._proxies[origin] = proxy_for(url, self._environ)
+        return self._proxies[origin]
+
     async def _open(self, origin: Origin) -> trio.abc.Stream:
-        tcp = await open_tcp_stream(origin.host, origin.port, rcvbuf_bytes=UPSTREAM_RCVBUF_BYTES)
+        proxy = self.proxy(origin)
+        dial_host, dial_port = (origin.host, origin.port) if proxy is None else proxy.address()
+        tcp = await open_tcp_stream(dial_host, dial_port, rcvbuf_bytes=UPSTREAM_RCVBUF_BYTES)
         stream: trio.abc.Stream = tcp
         if origin.scheme == "https":
+            if proxy is not None:
+                await _tunnel(tcp, proxy, origin)
             if self._ssl is None:
-                self._ssl = httpx.create_ssl_context()
-                self._ssl.set_alpn_protocols(["http/1.1"])
+                self._ssl = trust_context(None, self._environ)
             tls = trio.SSLStream(
                 stream, self._ssl, server_hostname=origin.host, https_compatible=True
             )
@@ -204,7 +224,7 @@ class H1Pool:
         try:
             with trio.move_on_after(self.connect_timeout_s) as late:
                 stream = await self._connect(origin)
-        except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
+        except (OSError, trio.BrokenResourceError, ssl.SSLError, ValueError) as exc:
             cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
             raise UpstreamUnreachable(
                 f"{name}: cannot connect ({cause or 'connection refused'})", provider=name
@@ -217,7 +237,17 @@ class H1Pool:
         """Send the request and read the response head; the caller bounds the whole with its
         own deadline (the first-token deadline) and must ``aclose`` the response."""
         origin, target, host = split_url(url)
+        name = self.provider
         try:
+            proxy = self.proxy(origin) if origin.scheme == "http" else None
+        except ValueError as exc:  # the variable holds no proxy we speak: never go direct
+            raise UpstreamUnreachable(f"{name}: cannot connect ({exc})", provider=name) from None
+        try:
+            if proxy is not None:
+                # Through a proxy in the clear: the absolute form (RFC 9112 section 3.2.2).
+                target = f"http://{host}{target}"
+                if proxy.authorization is not None:
+                    headers = {**headers, "proxy-authorization": proxy.authorization}
             payload = encode_request(target, host, headers, body)
         except ValueError as exc:
             raise UpstreamProtocolError(f"{self.provider}: {exc}", provider=self.provider) from None
@@ -273,6 +303,32 @@ class H1Pool:
             await _close(stream)
             raise
         return H1Response(self, origin, stream, head, parser)
+
+
+async def _tunnel(stream: trio.abc.Stream, proxy: Proxy, origin: Origin) -> None:
+    """``CONNECT host:port`` through ``proxy``; raises OSError unless it answers 2xx. Bounded
+    by the caller's connect deadline, and here by the size of the answer's head."""
+    host = origin.host if ":" not in origin.host else f"[{origin.host}]"
+    authority = f"{host}:{origin.port}"
+    lines = [f"CONNECT {authority} HTTP/1.1", f"host: {authority}"]
+    if proxy.authorization is not None:
+        lines.append(f"proxy-authorization: {proxy.authorization}")
+    await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    head = b""
+    # The server speaks only after our ClientHello, so whole reads never take its bytes.
+    while b"\r\n\r\n" not in head:
+        if len(head) > MAX_PROXY_HEAD_BYTES:
+            raise OSError(f"proxy {proxy.display()}: an answer to CONNECT past 8 KiB")
+        data = await stream.receive_some(MAX_PROXY_HEAD_BYTES)
+        if not data:
+            raise OSError(f"proxy {proxy.display()} closed the connection on CONNECT")
+        head += data
+    status_line = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].startswith("2"):
+        raise OSError(f"proxy {proxy.display()} refused CONNECT {authority}: {status_line!r}")
+    if not head.endswith(b"\r\n\r\n"):
+        raise OSError(f"proxy {proxy.display()} sent bytes after its answer to CONNECT")
 
 
 def _describe(exc: BaseException) -> str:

@@ -133,7 +133,8 @@ async def _maybe_redis(config: GatewayConfig) -> AsyncIterator[RedisClient | Non
     if config.redis is None:
         yield None
         return
-    async with open_redis(config.redis.url) as client:
+    redis = config.redis
+    async with open_redis(redis.url, ca_file=redis.ca_file, cluster=redis.cluster) as client:
         yield client
 
 

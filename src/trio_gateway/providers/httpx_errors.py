@@ -10,6 +10,18 @@ import httpx
 from trio_gateway.core.errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable
 
 
+def describe(exc: BaseException) -> str:
+    """The deepest message of ``exc``'s chain: httpx says nothing (``ConnectError('')``) of a
+    certificate it refused, and the ``ssl`` error under it says which and why."""
+    found = str(exc)
+    seen = 0
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and seen < 8:  # bounded: a chain is short, but never trusted
+        found = str(cause) or found
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return found
+
+
 @contextmanager
 def map_httpx_errors(provider: str) -> Iterator[None]:
     try:
@@ -18,7 +30,8 @@ def map_httpx_errors(provider: str) -> Iterator[None]:
         raise UpstreamUnreachable(f"{provider}: connect timed out", provider=provider) from None
     except httpx.ConnectError as exc:
         raise UpstreamUnreachable(
-            f"{provider}: cannot connect ({exc or 'connection refused'})", provider=provider
+            f"{provider}: cannot connect ({describe(exc) or 'connection refused'})",
+            provider=provider,
         ) from None
     except httpx.PoolTimeout:
         raise UpstreamUnreachable(

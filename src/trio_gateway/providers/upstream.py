@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import os
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
 from typing import NoReturn
 
 import attrs
@@ -28,8 +30,10 @@ from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.sse import SSEDecodeError, SSEDecoder
 from trio_gateway.core.usage import UsageMeter
 from trio_gateway.http1.client import H1Pool, H1Response, Origin
+from trio_gateway.http1.tls import trust_context
 from trio_gateway.ops.access import current as current_request
 from trio_gateway.providers.dialect import AnswerReader, Dialect, StreamParser
+from trio_gateway.providers.egress import EgressTransport
 from trio_gateway.providers.gemini.vertex_auth import TokenSource
 from trio_gateway.providers.httpx_errors import read_limited
 from trio_gateway.providers.openai_compatible.signals import (
@@ -71,6 +75,8 @@ class Upstream:
         client: httpx.AsyncClient,
         connect: Callable[[Origin], Awaitable[trio.abc.Stream]] | None = None,
         gate: LocalGate | SharedGate | None = None,
+        tls: ssl.SSLContext | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -100,11 +106,24 @@ class Upstream:
             connect_timeout_s=config.connect_timeout_s,
             write_timeout_s=config.connect_timeout_s,
             connect=connect,
+            # The same trust as the side requests' (make_client): one per provider.
+            tls=tls if tls is not None else self.trust(config, environ),
+            environ=environ,
         )
         self._probe_request = probe_request(config)
 
     @staticmethod
-    def make_client(config: ProviderConfig) -> httpx.AsyncClient:
+    def trust(config: ProviderConfig, environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
+        """The provider's TLS trust: its ca_file, else SSL_CERT_FILE / SSL_CERT_DIR, else
+        certifi's (http1/tls.py)."""
+        return trust_context(config.ca_file, os.environ if environ is None else environ)
+
+    @staticmethod
+    def make_client(
+        config: ProviderConfig,
+        tls: ssl.SSLContext | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> httpx.AsyncClient:
         # The pool must never be the queue: with more waiters than connections and a cancel
         # right after a request starts, httpcore 1.0.x leaks pool slots for good (httpcore
         # #1093). The gate keeps concurrency at max_inflight, below max_connections.
@@ -119,7 +138,13 @@ class Upstream:
             write=config.connect_timeout_s,
             read=None,  # reads are bounded per chunk, at the call site
         )
-        return httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False)
+        environ = os.environ if environ is None else environ
+        transport = EgressTransport(
+            tls=tls if tls is not None else Upstream.trust(config, environ),
+            limits=limits,
+            environ=environ,
+        )
+        return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)
 
     def statistics(self) -> GateStats:
         return self.gate.statistics()

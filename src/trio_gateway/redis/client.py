@@ -17,8 +17,10 @@ one type (``[redis] on_error``).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 import coredis
 import coredis.exceptions
@@ -40,7 +42,7 @@ Value = bytes | str | int | float
 class RedisClient:
     """The gateway's calls, each one command (or one pipelined batch) with errors mapped."""
 
-    def __init__(self, redis: coredis.Redis[bytes]) -> None:
+    def __init__(self, redis: coredis.Redis[bytes] | coredis.RedisCluster[bytes]) -> None:
         self._redis = redis
         self._scripts: dict[str, Script[bytes]] = {}
 
@@ -81,33 +83,65 @@ class RedisClient:
             await self._redis.ping()
 
 
+def _with_cause(exc: BaseException) -> str:
+    """``exc`` and the deepest cause under it: coredis says "Unable to establish a
+    connection" of a certificate it refused, the ``ssl`` error under it says which and why."""
+    deepest = exc
+    for _ in range(8):  # bounded: a chain is short, but never trusted
+        cause = deepest.__cause__ or deepest.__context__
+        if cause is None:
+            break
+        deepest = cause
+    if deepest is exc or not str(deepest) or str(deepest) in str(exc):
+        return str(exc)
+    return f"{exc} ({deepest})"
+
+
 @contextmanager
 def _mapped() -> Iterator[None]:
     """coredis's exceptions (and a socket's) → RedisError: the one boundary."""
     try:
         yield
     except coredis.exceptions.ConnectionError as exc:
-        raise RedisError(f"redis connection failed: {exc}") from exc
+        raise RedisError(f"redis connection failed: {_with_cause(exc)}") from exc
     except coredis.exceptions.RedisError as exc:
         raise RedisError(f"redis answered with an error: {exc}") from exc
     except OSError as exc:
         raise RedisError(f"redis connection failed: {exc}") from exc
 
 
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
+    """``rediss://``'s trust: ``[redis] ca_file``, else the system's store (which OpenSSL takes
+    from ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` when they are set). The server's name is sent
+    (SNI) and checked against its certificate."""
+    return ssl.create_default_context(cafile=ca_file)
+
+
 @asynccontextmanager
-async def open_redis(url: str) -> AsyncIterator[RedisClient]:
+async def open_redis(
+    url: str, *, ca_file: str | None = None, cluster: bool = False
+) -> AsyncIterator[RedisClient]:
     """A client for the life of the block. Nothing is dialled until the first call, so a Redis
-    that is down at start-up is the configured policy's business, not a failed start."""
+    that is down at start-up is the configured policy's business, not a failed start.
+    ``cluster``: a Redis Cluster, ``url`` one of its nodes; each call goes to the node of its
+    keys' slot (a script's keys share a hash tag: one slot, one node)."""
     address = parse_redis_url(url)
-    redis: coredis.Redis[bytes] = coredis.Redis(
-        host=address.host,
-        port=address.port,
-        db=address.db,
-        username=address.username,
-        password=address.password,
-        max_connections=MAX_CONNECTIONS,
-        retry_policy=NoRetryPolicy(),
-        decode_responses=False,
-    )
+    common: dict[str, Any] = {
+        "host": address.host,
+        "port": address.port,
+        "username": address.username,
+        "password": address.password,
+        "retry_policy": NoRetryPolicy(),
+        "decode_responses": False,
+        "ssl_context": tls_context(ca_file) if address.tls else None,
+    }
+    redis: coredis.Redis[bytes] | coredis.RedisCluster[bytes]
+    if cluster:
+        # Per node: a cluster of N primaries holds at most N x this.
+        redis = coredis.RedisCluster(
+            max_connections_per_node=True, max_connections=MAX_CONNECTIONS, **common
+        )
+    else:
+        redis = coredis.Redis(db=address.db, max_connections=MAX_CONNECTIONS, **common)
     async with redis:
         yield RedisClient(redis)
