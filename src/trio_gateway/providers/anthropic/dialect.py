@@ -54,6 +54,7 @@ __all__ = [
     "AnthropicStreamParser",
     "build_body",
     "classify_error",
+    "classify_stream_error",
 ]
 
 API_VERSION: Final = "2023-06-01"
