@@ -29,6 +29,10 @@ _TOP = frozenset(
     }
 )  # fmt: skip
 _CONTENT = frozenset({"role", "parts"})
+# The models that refuse a function call sent back without its thought signature (Gemini 3:
+# https://ai.google.dev/gemini-api/docs/thought-signatures); earlier ones ignore a missing one.
+SIGNING_MODELS = ("gemini-3",)
+SIGNATURES_DOCS = "https://ai.google.dev/gemini-api/docs/thought-signatures"
 _PART_DATA = frozenset(
     {"text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode",
      "codeExecutionResult"}
@@ -273,11 +277,33 @@ def _normalise(role: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _check_contents(contents: Any) -> list[dict[str, Any]]:
+def _check_signatures(turns: list[tuple[str, list[dict[str, Any]]]]) -> None:
+    """Gemini 3's rule: in the current turn (since the last user content that is more than
+    function responses), each model step's first functionCall part carries the
+    thoughtSignature it was sent with (Google's placeholder for history it did not sign, too)."""
+    start = 0
+    for i, (role, parts) in enumerate(turns):
+        if role == "user" and not all("functionResponse" in part for part in parts):
+            start = i + 1
+    for i in range(start, len(turns)):
+        role, parts = turns[i]
+        calls = [part for part in parts if "functionCall" in part]
+        if role == "model" and calls and not calls[0].get("thoughtSignature"):
+            name = calls[0]["functionCall"].get("name")
+            raise _Invalid(
+                "Function call is missing a thought_signature in functionCall parts. This is "
+                "required for tools to work correctly, and missing thought_signature may lead "
+                f"to degraded model performance. Additional data, function call `default_api:"
+                f"{name}` , position {i + 1}. Please refer to {SIGNATURES_DOCS} for more details."
+            )
+
+
+def _check_contents(contents: Any, *, signatures: bool) -> list[dict[str, Any]]:
     turns = _list(contents, "contents")
     if not turns:
         raise _Invalid("* GenerateContentRequest.contents: contents is not specified")
     messages = []
+    checked: list[tuple[str, list[dict[str, Any]]]] = []
     for i, turn in enumerate(turns):
         fields = _fields(turn, _CONTENT, f"contents[{i}]")
         role = fields.get("role") or "user"
@@ -288,7 +314,10 @@ def _check_contents(contents: Any) -> list[dict[str, Any]]:
             raise _Invalid(
                 f"* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty."
             )
+        checked.append((role, parts))
         messages.append(_normalise(role, parts))
+    if signatures:
+        _check_signatures(checked)
     return messages
 
 
@@ -321,7 +350,8 @@ def _check_generation(config: Any) -> tuple[int | None, bool, bool]:
 
 def _validate(data: Mapping[str, Any], config: SimConfig, stream: bool) -> GeminiRequest:
     fields = _fields(data, _TOP, "")
-    messages = _check_contents(fields.get("contents"))
+    signatures = config.served_model_name.startswith(SIGNING_MODELS)
+    messages = _check_contents(fields.get("contents"), signatures=signatures)
     system = fields.get("systemInstruction")
     if system is not None:
         system_fields = _fields(system, _CONTENT, "system_instruction")
