@@ -43,6 +43,7 @@ from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.request import strict_loads as _strict_loads
+from trio_gateway.providers.gemini.signatures import message_signatures
 from trio_gateway.providers.translate import (
     budget_for,
     content_texts,
@@ -95,8 +96,9 @@ DROPPED_FIELDS: Final = frozenset(
 # OpenAI fields whose loss would change the answer's meaning: refused, not dropped.
 REFUSED_FIELDS: Final = frozenset({"functions", "function_call", "web_search_options"})
 # Gemini 3 refuses a replayed functionCall part without the thoughtSignature it was sent with
-# ("Function call is missing a thought_signature"). OpenAI clients never see signatures, so the
-# gateway cannot return them; this is the value Google documents for history it did not sign
+# ("Function call is missing a thought_signature"). A client that sends back the answer's
+# reasoning_details returns them (signatures.py); for a history without them, this is the value
+# Google documents for history it did not sign
 # (https://ai.google.dev/gemini-api/docs/thought-signatures). Earlier models ignore it.
 SKIP_SIGNATURE: Final = "skip_thought_signature_validator"
 # An image URL whose path names no known image type (translate.IMAGE_EXTENSION_TYPES) is sent
@@ -196,6 +198,9 @@ def _model_parts(message: Mapping[str, Any], path: str) -> tuple[list[Part], dic
     if isinstance(refusal, str) and refusal and not texts:
         texts = [refusal]
     parts: list[Part] = [{"text": text} for text in texts]
+    signed = message_signatures(message)
+    if signed is not None and signed.text is not None and parts:
+        parts[-1]["thoughtSignature"] = signed.text
     names: dict[str, str] = {}
     for k, call in enumerate(_given(message, "tool_calls") or ()):
         function = call["function"]
@@ -203,12 +208,13 @@ def _model_parts(message: Mapping[str, Any], path: str) -> tuple[list[Part], dic
             function["arguments"], param=f"{path}.tool_calls[{k}].function.arguments"
         )
         names[call["id"]] = function["name"]
-        parts.append(
-            {
-                "functionCall": {"name": function["name"], "args": args},
-                "thoughtSignature": SKIP_SIGNATURE,
-            }
-        )
+        call_part: Part = {"functionCall": {"name": function["name"], "args": args}}
+        # Each call with the signature Gemini sent it with (none on a parallel call Gemini did
+        # not sign), or, for a history without signatures, Google's placeholder.
+        signature = SKIP_SIGNATURE if signed is None else signed.calls.get(call["id"])
+        if signature is not None:
+            call_part["thoughtSignature"] = signature
+        parts.append(call_part)
     return parts, names
 
 
