@@ -9,19 +9,48 @@ call replayed without its signature."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import openai
 import pytest
+import trio
 
-from tests.e2e.harness import script
-from tests.e2e.test_cloud_providers import WEATHER, Fleet, fleet, only
+from tests.e2e.harness import FAST_SIM, running_gateway, script
+from tests.e2e.test_cloud_providers import ENV, KEYS, WEATHER, Fleet, fleet, only, provider
+from trio_gateway.config.load import parse_config
+from trio_gateway.sim import SimHandle, serve_sim
 
 STEPS = 3
+# A thinking model that refuses a function call sent back without its signature.
+GEMINI_3 = "gemini-3-pro-preview"
 QUESTION = "weather? " + script(
     {"reasoning": "I should look it up"},
     {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}},
 )
+
+
+@asynccontextmanager
+async def vendor_fleet(vendor: str) -> AsyncIterator[Fleet]:
+    """The gateway with one provider: the vendor's simulator (Gemini as Gemini 3)."""
+    if vendor != "gemini":
+        async with fleet(only(vendor)) as f:
+            yield f
+        return
+    async with trio.open_nursery() as nursery:
+        sim_config = attrs.evolve(
+            FAST_SIM, dialect="gemini", api_key=KEYS["gemini"], served_model_name=GEMINI_3
+        )
+        sim: SimHandle = await nursery.start(serve_sim, sim_config)
+        toml = provider("gemini", sim, weight=100, vision=False)
+        toml = toml.replace('model = "qwen3-32b"', f'model = "{GEMINI_3}"')
+        text = '[server]\nlisten = "127.0.0.1:0"\n[aliases.agent-lite]\n' + toml
+        config = parse_config(text, source="test.toml", environ=ENV)
+        async with running_gateway(config) as gateway:
+            yield Fleet(gateway=gateway, sims={"gemini": sim})
+        nursery.cancel_scope.cancel()
 
 
 async def ask(client: openai.AsyncOpenAI, messages: list[Any], *, stream: bool) -> Any:
@@ -122,7 +151,7 @@ async def run_loop(f: Fleet, vendor: str, *, stream: bool) -> None:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-@pytest.mark.parametrize("vendor", ["anthropic"])
+@pytest.mark.parametrize("vendor", ["anthropic", "gemini"])
 async def test_a_three_step_tool_loop_keeps_thinking_on(vendor: str, stream: bool) -> None:
-    async with fleet(only(vendor)) as f:
+    async with vendor_fleet(vendor) as f:
         await run_loop(f, vendor, stream=stream)
