@@ -173,3 +173,27 @@ def test_they_do_not_stand_in_for_content() -> None:
     with pytest.raises(InvalidRequest) as caught:
         validate_chat_body(body(message))
     assert caught.value.param == "messages[1].content"
+
+
+# --- upstreams that speak OpenAI's chat --------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["openai", "openai_compatible"])
+def test_an_openai_shaped_upstream_never_gets_them(kind: str) -> None:
+    """A history from Anthropic or Gemini may reach OpenAI (which refuses fields it does not
+    know) or vLLM on failover: the extension is left out, the client's body untouched."""
+    from trio_gateway.config.schema import ProviderConfig
+    from trio_gateway.providers.openai.dialect import build_body as openai_body
+    from trio_gateway.providers.openai_compatible.dialect import build_body as compatible_body
+
+    build = openai_body if kind == "openai" else compatible_body
+    provider = ProviderConfig(name="p", type=kind, model="m")
+    sent_back = assistant([wire for _, wire in WIRE], content=None, tool_calls=[CALL])
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
+    request = validate_chat_body(
+        {**body(sent_back), "messages": [*body(sent_back)["messages"], tool]}
+    )
+    out = build(request, provider)
+    assert [m.get("reasoning_details") for m in out["messages"]] == [None, None, None]
+    assert out["messages"][1]["tool_calls"] == [CALL]
+    assert request.body["messages"][1]["reasoning_details"]
