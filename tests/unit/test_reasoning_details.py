@@ -187,7 +187,7 @@ def test_an_openai_shaped_upstream_never_gets_them(kind: str) -> None:
     from trio_gateway.providers.openai_compatible.dialect import build_body as compatible_body
 
     build = openai_body if kind == "openai" else compatible_body
-    provider = ProviderConfig(name="p", type=kind, model="m")
+    provider = ProviderConfig(name="p", type=kind, model="m")  # type: ignore[arg-type]
     sent_back = assistant([wire for _, wire in WIRE], content=None, tool_calls=[CALL])
     tool = {"role": "tool", "tool_call_id": "call_1", "content": "ok"}
     request = validate_chat_body(
