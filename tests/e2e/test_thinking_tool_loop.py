@@ -9,11 +9,13 @@ call replayed without its signature."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
+import httpx
 import openai
 import pytest
 import trio
@@ -155,3 +157,46 @@ async def run_loop(f: Fleet, vendor: str, *, stream: bool) -> None:
 async def test_a_three_step_tool_loop_keeps_thinking_on(vendor: str, stream: bool) -> None:
     async with vendor_fleet(vendor) as f:
         await run_loop(f, vendor, stream=stream)
+
+
+@pytest.mark.parametrize("vendor", ["anthropic", "gemini"])
+async def test_the_event_stream_carries_them_for_the_loop_too(vendor: str) -> None:
+    """``/v1/events``: the answer's ``reasoning.detail`` events, appended to the assistant
+    message sent back, keep the loop thinking, as on Chat Completions."""
+    from tests.e2e.test_events_sse import parse_events
+
+    async with vendor_fleet(vendor) as f, httpx.AsyncClient(timeout=10) as client:
+        body: dict[str, Any] = {
+            "model": "agent-lite",
+            "tools": [WEATHER],
+            "reasoning_effort": "low",
+            "messages": [{"role": "user", "content": QUESTION}],
+        }
+        previous: Any = None
+        for step in range(2):
+            response = await client.post(f.v1 + "/events", json=body)
+            assert response.status_code == 200, response.text
+            events = parse_events(response.content)
+            sent = await f.last_body(vendor)
+            assert thinking_sent(vendor, sent), f"step {step}: thinking was off"
+            if previous is not None:
+                assert replayed(vendor, sent) == expected(vendor, previous)
+            calls = [e for e in events if e["type"] == "tool_call.done"]
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": c["call_id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])},
+                    }
+                    for c in calls
+                ],
+                "reasoning_details": [
+                    e["detail"] for e in events if e["type"] == "reasoning.detail"
+                ],
+            }
+            previous = message
+            result = {"role": "tool", "tool_call_id": calls[0]["call_id"], "content": "18C"}
+            body["messages"] += [message, result]
