@@ -97,3 +97,39 @@ def test_earlier_turns_keep_theirs_too() -> None:
     assert out["thinking"] == ENABLED
     turns = [m["content"] for m in out["messages"] if m["role"] == "assistant"]
     assert [turn[0] for turn in turns] == [THINKING_BLOCK, REDACTED_BLOCK]
+
+
+# --- the answer's side: bounds -------------------------------------------------------------------
+
+
+def test_what_the_parser_keeps_of_thinking_is_bounded() -> None:
+    from trio_gateway.core.errors import UpstreamProtocolError
+    from trio_gateway.core.reasoning_details import MAX_DETAILS
+    from trio_gateway.providers.anthropic.dialect import MAX_THINKING_CHARS, AnthropicStreamParser
+
+    parser = AnthropicStreamParser("a")
+    parser.handle({"type": "message_start", "message": {"usage": {}}})
+    with pytest.raises(UpstreamProtocolError, match="thinking blocks"):
+        for i in range(MAX_DETAILS + 1):
+            block = {"type": "redacted_thinking", "data": "x"}
+            parser.handle({"type": "content_block_start", "index": i, "content_block": block})
+            parser.handle({"type": "content_block_stop", "index": i})
+    parser = AnthropicStreamParser("a")
+    parser.handle({"type": "message_start", "message": {"usage": {}}})
+    block = {"type": "thinking", "thinking": "x" * MAX_THINKING_CHARS}
+    parser.handle({"type": "content_block_start", "index": 0, "content_block": block})
+    delta = {"type": "thinking_delta", "thinking": "y"}
+    with pytest.raises(UpstreamProtocolError, match="thinking block of more than"):
+        parser.handle({"type": "content_block_delta", "index": 0, "delta": delta})
+
+
+def test_an_unsigned_thinking_block_is_not_offered_back() -> None:
+    from trio_gateway.core.events import ReasoningDetail
+    from trio_gateway.providers.anthropic.dialect import AnthropicStreamParser
+
+    parser = AnthropicStreamParser("a")
+    parser.handle({"type": "message_start", "message": {"usage": {}}})
+    block = {"type": "thinking", "thinking": "hm", "signature": ""}
+    events = parser.handle({"type": "content_block_start", "index": 0, "content_block": block})
+    events += parser.handle({"type": "content_block_stop", "index": 0})
+    assert not [e for e in events if isinstance(e, ReasoningDetail)]

@@ -31,7 +31,7 @@ from trio_gateway.core.events import (
     ToolCallDelta,
     Usage,
 )
-from trio_gateway.core.reasoning_details import ANTHROPIC
+from trio_gateway.core.reasoning_details import ANTHROPIC, MAX_DETAILS
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.sse import SSEEvent, json_data
 from trio_gateway.core.toolcalls import ToolCallAssembler
@@ -289,6 +289,8 @@ class AnthropicStreamParser:
         return []
 
     def _detail(self, **fields: str | None) -> ReasoningDetail:
+        if self._details >= MAX_DETAILS:
+            raise self._malformed(f"more than {MAX_DETAILS} thinking blocks")
         detail = ReasoningDetail(self._details, ANTHROPIC, **fields)
         self._details += 1
         return detail
