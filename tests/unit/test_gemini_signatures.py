@@ -105,7 +105,7 @@ CASES: list[tuple[str, Any, list[str | None]]] = [
     ("both", [detail(B, "call_b"), detail(A, "call_a")], [None, A, B]),
     ("and the text", [detail(A, "call_a"), detail(T)], [T, A, None]),
     ("another vendor's only", [detail("x", "call_a", ANTHROPIC)], [None, SKIP, SKIP]),
-    ("an unknown call's", [detail(Z, "call_z")], [None, None, None]),
+    ("ids it does not know", [detail(Z, "call_z")], [None, SKIP, SKIP]),
 ]  # fmt: skip
 
 

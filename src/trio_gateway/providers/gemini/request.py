@@ -202,7 +202,12 @@ def _model_parts(message: Mapping[str, Any], path: str) -> tuple[list[Part], dic
     if signed is not None and signed.text is not None and parts:
         parts[-1]["thoughtSignature"] = signed.text
     names: dict[str, str] = {}
-    for k, call in enumerate(_given(message, "tool_calls") or ()):
+    calls = _given(message, "tool_calls") or ()
+    # No signature for any of these calls (none sent back, or ids the client changed): Google's
+    # placeholder on each, as for a history without signatures.
+    by_call = {} if signed is None else signed.calls
+    placeholder = not any(call["id"] in by_call for call in calls)
+    for k, call in enumerate(calls):
         function = call["function"]
         args = tool_arguments_object(
             function["arguments"], param=f"{path}.tool_calls[{k}].function.arguments"
@@ -210,8 +215,8 @@ def _model_parts(message: Mapping[str, Any], path: str) -> tuple[list[Part], dic
         names[call["id"]] = function["name"]
         call_part: Part = {"functionCall": {"name": function["name"], "args": args}}
         # Each call with the signature Gemini sent it with (none on a parallel call Gemini did
-        # not sign), or, for a history without signatures, Google's placeholder.
-        signature = SKIP_SIGNATURE if signed is None else signed.calls.get(call["id"])
+        # not sign), or Google's placeholder.
+        signature = SKIP_SIGNATURE if placeholder else by_call.get(call["id"])
         if signature is not None:
             call_part["thoughtSignature"] = signature
         parts.append(call_part)
