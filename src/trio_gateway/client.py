@@ -44,6 +44,7 @@ __all__ = [
     "HandshakeRejected",
     "ProtocolError",
     "ReasoningDelta",
+    "ReasoningDetail",
     "ResponseCancelled",
     "ResponseDone",
     "ResponseStarted",
@@ -83,6 +84,14 @@ class ResponseStarted(_Envelope):
 @attrs.frozen(kw_only=True)
 class ReasoningDelta(_Envelope):
     text: str
+
+
+@attrs.frozen(kw_only=True)
+class ReasoningDetail(_Envelope):
+    """What the vendor needs back to go on thinking: one ``reasoning_details`` entry
+    (docs/api.md), to append to the assistant message sent back."""
+
+    detail: dict[str, Any]
 
 
 @attrs.frozen(kw_only=True)
@@ -138,6 +147,7 @@ class Error(_Envelope):
 Event = (
     ResponseStarted
     | ReasoningDelta
+    | ReasoningDetail
     | TextDelta
     | ToolCallDelta
     | ToolCallDone
@@ -150,6 +160,7 @@ Event = (
 _EVENT_TYPES: Mapping[str, type[Event]] = {
     "response.started": ResponseStarted,
     "reasoning.delta": ReasoningDelta,
+    "reasoning.detail": ReasoningDetail,
     "text.delta": TextDelta,
     "tool_call.delta": ToolCallDelta,
     "tool_call.done": ToolCallDone,

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from trio_gateway.sim import SimConfig
+from trio_gateway.sim.anthropic_request import thinking_signature
 from trio_gateway.sim.anthropic_wire import (
     AnthropicContext,
     AnthropicStream,
@@ -53,6 +54,7 @@ def body(**fields: Any) -> dict[str, Any]:
 
 CONFIG = SimConfig(dialect="anthropic", served_model_name=MODEL, max_model_len=4096)
 THINKING = {"type": "enabled", "budget_tokens": 1024}
+SIGNED_HM = thinking_signature("hm")  # the simulated model's own signature
 
 
 # ---- pure: request checks ------------------------------------------------------------------
@@ -210,7 +212,7 @@ def test_good_requests_are_accepted() -> None:
                 {
                     "role": "assistant",
                     "content": [
-                        {"type": "thinking", "thinking": "hm", "signature": "sig"},
+                        {"type": "thinking", "thinking": "hm", "signature": SIGNED_HM},
                         {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}},
                     ],
                 },

@@ -66,6 +66,8 @@ BLOCK_TYPES: dict[str, Any] = {
     "document": at.DocumentBlockParam,
     "tool_use": at.ToolUseBlockParam,
     "tool_result": at.ToolResultBlockParam,
+    "thinking": at.ThinkingBlockParam,
+    "redacted_thinking": at.RedactedThinkingBlockParam,
 }
 TOOL_CHOICE_TYPES: dict[str, Any] = {
     "auto": at.ToolChoiceAutoParam,

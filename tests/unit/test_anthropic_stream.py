@@ -33,6 +33,7 @@ from trio_gateway.core.errors import (
 from trio_gateway.core.events import (
     Event,
     ReasoningDelta,
+    ReasoningDetail,
     ResponseDone,
     ResponseStarted,
     TextDelta,
@@ -40,6 +41,7 @@ from trio_gateway.core.events import (
     ToolCallDone,
     Usage,
 )
+from trio_gateway.core.reasoning_details import ANTHROPIC
 from trio_gateway.core.sse import SSEDecoder, SSEEvent
 from trio_gateway.providers.anthropic.dialect import (
     MAX_OPEN_BLOCKS,
@@ -129,6 +131,10 @@ RICH_EVENTS: list[Event] = [
     ResponseStarted(NAME),
     ReasoningDelta("Paris, "),
     ReasoningDelta("then the time."),
+    # Whole, with its signature, once the block stops: what Anthropic needs back.
+    ReasoningDetail(
+        0, ANTHROPIC, text="Paris, then the time.", signature="EqQBCgIYAhIM1gbcDa9GJwZA2b3h"
+    ),
     TextDelta("Checking "),
     TextDelta("météo 東京 ☀"),
     ToolCallDelta(0, "toolu_01A", "get_weather", ""),
@@ -198,6 +204,9 @@ def test_rich_stream_is_what_the_sdk_reads() -> None:
     assert whole == [
         ResponseStarted(NAME),
         ReasoningDelta("Paris, then the time."),
+        ReasoningDetail(
+            0, ANTHROPIC, text="Paris, then the time.", signature="EqQBCgIYAhIM1gbcDa9GJwZA2b3h"
+        ),
         TextDelta("Checking météo 東京 ☀"),
         ToolCallDelta(0, "toolu_01A", "get_weather", '{"city": "París \\"centre\\""}'),
         ToolCallDelta(1, "toolu_01B", "get_time", ""),
@@ -280,6 +289,8 @@ def test_ignored_blocks_and_deltas() -> None:
     )
     assert parse_chunks([raw]) == [
         ResponseStarted(NAME),
+        # Nothing to show, but Anthropic needs it back as it was.
+        ReasoningDetail(0, ANTHROPIC, data="EmwKAhgBEgy3va3pzix"),
         TextDelta("ok"),
         Usage(10, 5, None, None),
         ResponseDone("stop"),

@@ -25,6 +25,7 @@ from trio_gateway.core.errors import (
 )
 from trio_gateway.core.events import (
     ReasoningDelta,
+    ReasoningDetail,
     ResponseDone,
     ResponseStarted,
     TextDelta,
@@ -32,6 +33,7 @@ from trio_gateway.core.events import (
     ToolCallDone,
     Usage,
 )
+from trio_gateway.core.reasoning_details import ANTHROPIC
 from trio_gateway.providers.anthropic.dialect import (
     AnthropicDialect,
     classify_error,
@@ -64,6 +66,9 @@ def test_parse_whole_message() -> None:
     assert dialect.parse_whole(NAME, message.model_dump_json().encode()) == [
         ResponseStarted(NAME),
         ReasoningDelta("Hmm."),
+        # The blocks Anthropic needs back, in their order, signatures and data as they were.
+        ReasoningDetail(0, ANTHROPIC, text="Hmm.", signature="sig"),
+        ReasoningDetail(1, ANTHROPIC, data="abc"),
         TextDelta("Answer."),
         ToolCallDelta(0, "toolu_1", "f", '{"a": [1, "é"]}'),
         ToolCallDone(0, "toolu_1", "f", {"a": [1, "é"]}, '{"a": [1, "é"]}', True),

@@ -29,6 +29,7 @@ from trio_gateway.core.events import (
     ErrorEvent,
     Event,
     ReasoningDelta,
+    ReasoningDetail,
     ResponseCancelled,
     ResponseDone,
     ResponseStarted,
@@ -57,6 +58,19 @@ from trio_gateway.core.sse import SSEDecoder
 EVENT_TABLE: list[tuple[Event, str, dict[str, Any]]] = [
     (ResponseStarted("vllm-a"), "response.started", {"alias": "agent-lite", "provider": "vllm-a"}),
     (ReasoningDelta("hmm"), "reasoning.delta", {"text": "hmm"}),
+    (
+        ReasoningDetail(0, "anthropic-claude-v1", text="hmm", signature="c2ln"),
+        "reasoning.detail",
+        {
+            "detail": {
+                "type": "reasoning.text",
+                "text": "hmm",
+                "signature": "c2ln",
+                "format": "anthropic-claude-v1",
+                "index": 0,
+            }
+        },
+    ),
     (TextDelta("Hello 世界\u2028"), "text.delta", {"text": "Hello 世界\u2028"}),
     (
         ToolCallDelta(0, "call-1", "get_weather", ""),

@@ -23,6 +23,7 @@ from trio_gateway.core.errors import (
 from trio_gateway.core.events import (
     Event,
     ReasoningDelta,
+    ReasoningDetail,
     ResponseDone,
     ResponseStarted,
     TextDelta,
@@ -30,6 +31,7 @@ from trio_gateway.core.events import (
     ToolCallDone,
     Usage,
 )
+from trio_gateway.core.reasoning_details import GOOGLE
 from trio_gateway.core.sse import SSEDecoder, SSEEvent
 from trio_gateway.core.usage import PartialUsage
 from trio_gateway.providers.gemini.dialect import (
@@ -104,6 +106,8 @@ THINKING_EVENTS: list[Event] = [
     ResponseStarted("gem"),
     ReasoningDelta("Let me think"),
     ReasoningDelta(" about it."),
+    # A signature on a part that calls nothing: handed on without an id.
+    ReasoningDetail(0, GOOGLE, data="c2ln"),
     TextDelta("Bonjour "),
     TextDelta("le monde"),
     Usage(prompt_tokens=12, completion_tokens=34, reasoning_tokens=30, cached_tokens=8),

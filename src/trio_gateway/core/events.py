@@ -22,6 +22,21 @@ class ReasoningDelta:
 
 
 @attrs.frozen(slots=True)
+class ReasoningDetail:
+    """A piece of the answer's reasoning its vendor needs back to go on thinking (a signed
+    thinking block, a redacted one, a thought signature), whole: see
+    ``core/reasoning_details.py``. ``text`` and ``signature`` for readable thinking; ``data``
+    for an opaque one; ``tool_call_id`` the call a signature belongs to."""
+
+    index: int
+    format: str
+    text: str | None = None
+    signature: str | None = None
+    data: str | None = None
+    tool_call_id: str | None = None
+
+
+@attrs.frozen(slots=True)
 class TextDelta:
     text: str
 
@@ -96,6 +111,7 @@ class ErrorEvent:
 Event = (
     ResponseStarted
     | ReasoningDelta
+    | ReasoningDetail
     | TextDelta
     | ToolCallDelta
     | ToolCallDone

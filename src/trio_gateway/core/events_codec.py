@@ -32,6 +32,7 @@ from trio_gateway.core.events import (
     ErrorEvent,
     Event,
     ReasoningDelta,
+    ReasoningDetail,
     ResponseCancelled,
     ResponseDone,
     ResponseStarted,
@@ -40,6 +41,7 @@ from trio_gateway.core.events import (
     ToolCallDone,
     Usage,
 )
+from trio_gateway.core.reasoning_details import detail_object
 from trio_gateway.core.request import strict_loads
 from trio_gateway.core.sse import encode_event
 
@@ -90,6 +92,9 @@ def event_fields(event: Event, *, alias: str | None) -> tuple[str, dict[str, Any
         return "text.delta", {"text": event.text}
     if isinstance(event, ReasoningDelta):
         return "reasoning.delta", {"text": event.text}
+    if isinstance(event, ReasoningDetail):
+        # The entry an OpenAI-shaped answer carries in reasoning_details (docs/api.md).
+        return "reasoning.detail", {"detail": detail_object(event)}
     if isinstance(event, ToolCallDelta):
         # "id" is the envelope's (the client's request name): the tool call's own id is call_id.
         return "tool_call.delta", {

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
+from trio_gateway.core.reasoning_details import check_details
 from trio_gateway.core.validation_values import (
     Check,
     array,
@@ -190,6 +191,8 @@ def _content_message(parts: Mapping[str, ObjectCheck]) -> ObjectCheck:
 
 def _assistant_message(path: str, message: dict[str, Any]) -> None:
     optional_fields(path, message, ASSISTANT_FIELDS)
+    # The gateway's extension (core/reasoning_details.py): never content on its own.
+    optional_fields(path, message, {"reasoning_details": check_details})
     content = message.get("content")
     if content is not None:
         _content(f"{path}.content", content, ASSISTANT_PARTS)
@@ -231,6 +234,10 @@ MESSAGE_FIELDS: Final[Mapping[str, Check]] = MappingProxyType({"name": string})
 TEXT_ROLES: Final = frozenset({"system", "developer", "user", "assistant"})
 
 
+# What makes an assistant message with one string of content more than text.
+_NOT_PLAIN: Final = (*ASSISTANT_FIELDS, "reasoning_details")
+
+
 def _message(path: str, value: object) -> None:
     message = json_object(path, value)
     role = enum_value(f"{path}.role", required(message, "role", path), ROLES)
@@ -251,7 +258,7 @@ def _plain_text(message: object) -> bool:
         and (name is None or isinstance(name, str))
     ):
         return False
-    return role != "assistant" or all(message.get(key) is None for key in ASSISTANT_FIELDS)
+    return role != "assistant" or all(message.get(key) is None for key in _NOT_PLAIN)
 
 
 def _messages(path: str, value: object) -> None:

@@ -13,6 +13,7 @@ from trio_gateway.core.events import (
     ErrorEvent,
     Event,
     ReasoningDelta,
+    ReasoningDetail,
     ResponseCancelled,
     ResponseDone,
     ResponseStarted,
@@ -21,6 +22,7 @@ from trio_gateway.core.events import (
     ToolCallDone,
     Usage,
 )
+from trio_gateway.core.reasoning_details import detail_object
 from trio_gateway.core.sse import DONE, encode_event
 
 # json.dumps with arguments builds a new encoder per call; this one is built once (it keeps no
@@ -76,6 +78,9 @@ class ChunkEncoder:
             return self._content + encode_basestring(event.text).encode() + self._text_end
         if type(event) is ReasoningDelta:
             return self._reasoning + encode_basestring(event.text).encode() + self._text_end
+        if isinstance(event, ReasoningDetail):
+            # Whole, once: a client appends each to the message it sends back.
+            return self._chunk({"reasoning_details": [detail_object(event)]})
         if isinstance(event, ToolCallDelta):
             fragment: dict[str, Any] = {"index": event.index}
             function: dict[str, Any] = {}
@@ -131,6 +136,7 @@ class ResponseAccumulator:
         }
         self._text: list[str] = []
         self._reasoning: list[str] = []
+        self._details: list[ReasoningDetail] = []
         self._tool_calls: list[ToolCallDone] = []
         self._usage: Usage | None = None
         self.finish_reason: str | None = None
@@ -140,6 +146,8 @@ class ResponseAccumulator:
             self._text.append(event.text)
         elif isinstance(event, ReasoningDelta):
             self._reasoning.append(event.text)
+        elif isinstance(event, ReasoningDetail):
+            self._details.append(event)
         elif isinstance(event, ToolCallDone):
             self._tool_calls.append(event)
         elif isinstance(event, Usage):
@@ -160,6 +168,8 @@ class ResponseAccumulator:
         }
         if self._reasoning:
             message["reasoning_content"] = "".join(self._reasoning)
+        if self._details:
+            message["reasoning_details"] = [detail_object(d) for d in self._details]
         if self._tool_calls:
             message["tool_calls"] = [_tool_call(call) for call in self._tool_calls]
         body = dict(self._meta)

@@ -10,7 +10,9 @@ A parser turns one upstream answer into the gateway's events, in this order:
 - ``ResponseStarted(provider)`` once, before anything else;
 - ``ReasoningDelta`` / ``TextDelta`` / ``ToolCallDelta`` fragments as they arrive (thinking text is
   always ``ReasoningDelta``, never ``TextDelta``; each tool call has a stable ``index`` and, on its
-  first fragment, an ``id`` and a ``name``: a vendor without ids gets generated ones);
+  first fragment, an ``id`` and a ``name``: a vendor without ids gets generated ones); among
+  them, whole ``ReasoningDetail`` events, what the vendor needs back to go on thinking
+  (``core/reasoning_details.py``);
 - at the end: every ``ToolCallDone`` (from ``toolcalls.ToolCallAssembler.finish``), then one
   ``Usage`` (the answer's cumulative totals, normalised as OpenAI counts them: cached tokens are
   inside prompt tokens, reasoning tokens inside completion tokens), then ``ResponseDone`` with an

@@ -146,3 +146,17 @@ REDACTED = "[redacted]"
 def redact_credentials(text: str) -> str:
     """``text`` with anything that looks like a key, a token or a signed JWT replaced."""
     return _CREDENTIAL.sub(REDACTED, text)
+
+
+def without_reasoning_details(messages: object) -> object:
+    """``messages`` without the gateway's ``reasoning_details`` extension, for an upstream that
+    speaks OpenAI's chat (OpenAI refuses fields it does not know; no vLLM template reads them):
+    the same list when no message has them, else a copy (the client's body is never changed)."""
+    if not isinstance(messages, list) or not any(
+        isinstance(m, dict) and "reasoning_details" in m for m in messages
+    ):
+        return messages
+    return [
+        {k: v for k, v in m.items() if k != "reasoning_details"} if isinstance(m, dict) else m
+        for m in messages
+    ]

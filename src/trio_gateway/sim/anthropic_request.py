@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -64,6 +66,12 @@ ERROR_TYPES: Mapping[int, tuple[str, str]] = {
 
 class _Invalid(Exception):
     """A 400 found deep in the body; carries Anthropic's message."""
+
+
+def thinking_signature(thinking: str) -> str:
+    """The simulated model's signature of a thinking block: opaque to clients, derived from
+    the text so it is stable and pure, and checked when the block comes back."""
+    return base64.b64encode(hashlib.sha256(thinking.encode()).digest() * 2).decode()
 
 
 def anthropic_error(
@@ -150,8 +158,17 @@ def _check_block(block: Any, path: str, role: str) -> Mapping[str, Any]:
         if isinstance(content, list):
             for j, inner in enumerate(content):
                 _check_block(inner, f"{path}.tool_result.content.{j}", role)
-    elif kind == "thinking" and role != "assistant":
-        raise _Invalid(f"{path}: thinking blocks are only allowed in assistant messages")
+    elif kind in ("thinking", "redacted_thinking") and role != "assistant":
+        raise _Invalid(f"{path}: {kind} blocks are only allowed in assistant messages")
+    elif kind == "thinking":
+        for key in ("thinking", "signature"):
+            if not isinstance(block.get(key), str):
+                raise _Invalid(f"{path}.thinking.{key}: Field required")
+        # Anthropic checks that the block is the model's, as it sent it.
+        if block["signature"] != thinking_signature(block["thinking"]):
+            raise _Invalid(f"{path}: Invalid `signature` in `thinking` block")
+    elif kind == "redacted_thinking" and not isinstance(block.get("data"), str):
+        raise _Invalid(f"{path}.redacted_thinking.data: Field required")
     return block
 
 
@@ -325,6 +342,31 @@ def _check_thinking(data: Mapping[str, Any], max_tokens: int, choice: str) -> bo
     return True
 
 
+def _check_tool_loop_thinking(messages: list[Any]) -> None:
+    """With thinking on, the assistant turn whose tool calls the last message answers must open
+    with its thinking (Anthropic's rule, in its words): a tool loop thinks on only with the
+    model's own signed thinking sent back."""
+    last = messages[-1]
+    if last.get("role") != "user" or not isinstance(last.get("content"), list):
+        return
+    if not any(b.get("type") == "tool_result" for b in last["content"]):
+        return
+    i = len(messages) - 2
+    content = messages[i].get("content") if i >= 0 else None
+    if not isinstance(content, list) or not content:
+        return
+    found = content[0].get("type")
+    if found in ("thinking", "redacted_thinking"):
+        return
+    raise _Invalid(
+        f"messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+        f"`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
+        "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). "
+        "We recommend you include thinking blocks from previous turns. To avoid this "
+        f"requirement, disable `thinking`. Please consult our documentation at {_DOCS}"
+    )
+
+
 def _check_system(system: Any) -> str:
     if system is None or isinstance(system, str):
         return system or ""
@@ -375,6 +417,8 @@ def _validate(data: Mapping[str, Any], config: SimConfig) -> MessagesRequest | A
     tools = _check_tools(data.get("tools"))
     choice, parallel = _check_tool_choice(data.get("tool_choice"), tools)
     thinking = _check_thinking(data, max_tokens, choice)
+    if thinking:
+        _check_tool_loop_thinking(data["messages"])
     if model != config.served_model_name:
         return anthropic_error(404, "not_found_error", f"model: {model}")
     if (refusal := anthropic_refusal(model, data)) is not None:

@@ -9,14 +9,18 @@ The answer is rendered as the Messages stream grammar or a whole Message object.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 from typing import Any
 
 import attrs
 
-from .anthropic_request import ERROR_TYPES, MessagesRequest, anthropic_error, parse_messages_request
+from .anthropic_request import (
+    ERROR_TYPES,
+    MessagesRequest,
+    anthropic_error,
+    parse_messages_request,
+    thinking_signature,
+)
 from .errors import ApiError, retry_after_header
 from .script import Fault, Generation
 from .wire import dumps
@@ -70,11 +74,6 @@ class AnthropicContext:
     thinking: bool
 
 
-def _signature(thinking: str) -> str:
-    # Opaque to clients; derived from the text so it is stable and pure.
-    return base64.b64encode(hashlib.sha256(thinking.encode()).digest() * 2).decode()
-
-
 def _usage(ctx: AnthropicContext, cached: int, output: int, reasoning: int) -> dict[str, Any]:
     usage: dict[str, Any] = {
         "input_tokens": ctx.prompt_tokens - cached,
@@ -117,7 +116,10 @@ class AnthropicStream:
             return []
         events: list[bytes] = []
         if self._open == "thinking":
-            delta = {"type": "signature_delta", "signature": _signature("".join(self._thinking))}
+            delta = {
+                "type": "signature_delta",
+                "signature": thinking_signature("".join(self._thinking)),
+            }
             events.append(self._delta(delta))
             self._thinking.clear()
         self._open = None
@@ -231,7 +233,7 @@ def message_body(
             arguments[token.tool_index].append(token.text)
     for block in content:
         if block["type"] == "thinking":
-            block["signature"] = _signature(block["thinking"])
+            block["signature"] = thinking_signature(block["thinking"])
         elif block["type"] == "tool_use":
             block["input"] = _tool_input("".join(arguments[block["input"]]))
     return {

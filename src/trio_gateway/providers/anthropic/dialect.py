@@ -13,7 +13,6 @@ ends without ``message_stop``.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
@@ -21,31 +20,23 @@ from typing import Any, Final
 import attrs
 
 from trio_gateway.config.schema import ProviderConfig
-from trio_gateway.core.errors import (
-    ContextLengthExceeded,
-    GatewayError,
-    InvalidRequest,
-    QuotaExhausted,
-    UpstreamAuthFailed,
-    UpstreamOverloaded,
-    UpstreamProtocolError,
-    UpstreamRateLimited,
-    UpstreamServerError,
-    UpstreamTimeout,
-)
+from trio_gateway.core.errors import GatewayError, UpstreamProtocolError
 from trio_gateway.core.events import (
     Event,
     ReasoningDelta,
+    ReasoningDetail,
     ResponseDone,
     ResponseStarted,
     TextDelta,
     ToolCallDelta,
     Usage,
 )
+from trio_gateway.core.reasoning_details import ANTHROPIC, MAX_DETAILS
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.sse import SSEEvent, json_data
 from trio_gateway.core.toolcalls import ToolCallAssembler
 from trio_gateway.core.usage import PartialUsage, estimate_tokens
+from trio_gateway.providers.anthropic.errors import classify_error, classify_stream_error
 from trio_gateway.providers.anthropic.model_rules import apply_model_rules
 from trio_gateway.providers.anthropic.request import (
     DROPPED_FIELDS,
@@ -54,8 +45,6 @@ from trio_gateway.providers.anthropic.request import (
     requested_max_tokens,
 )
 from trio_gateway.providers.dialect import UpstreamCall, chat_only
-from trio_gateway.providers.errors import MAX_MESSAGE_CHARS, is_context_length, parse_retry_after
-from trio_gateway.providers.translate import redact_credentials
 
 __all__ = [
     "API_VERSION",
@@ -66,6 +55,7 @@ __all__ = [
     "AnthropicStreamParser",
     "build_body",
     "classify_error",
+    "classify_stream_error",
 ]
 
 API_VERSION: Final = "2023-06-01"
@@ -74,6 +64,9 @@ MAX_TOOL_CALLS: Final = 128
 # Anthropic streams one block at a time; a few open at once is tolerated, more is a broken
 # stream (and would be memory the parser keeps for nothing).
 MAX_OPEN_BLOCKS: Final = 16
+# A thinking block's text is kept until its signature arrives, to be handed back whole (as a
+# reasoning detail); more than any max_tokens lets a model think is a broken stream.
+MAX_THINKING_CHARS: Final = 4 * 1024 * 1024
 
 # stop_reason → OpenAI finish_reason. pause_turn (a server tool's long turn, which the gateway
 # never asks for) ends the answer as it stands; an unknown reason is taken as a plain stop.
@@ -89,127 +82,6 @@ FINISH_REASONS: Final[Mapping[str, str]] = MappingProxyType(
     }
 )
 
-# An error's type → the HTTP status Anthropic gives it: an error inside a stream has a type
-# only, and is classified as if it had come with its status.
-_ERROR_STATUS: Final[Mapping[str, int]] = MappingProxyType(
-    {
-        "invalid_request_error": 400,
-        "authentication_error": 401,
-        "billing_error": 402,
-        "permission_error": 403,
-        "not_found_error": 404,
-        "request_too_large": 413,
-        "rate_limit_error": 429,
-        "api_error": 500,
-        "timeout_error": 504,
-        "overloaded_error": 529,
-    }
-)
-# `error.details.error_code` values that mean the account may not spend more.
-_QUOTA_CODES: Final = frozenset(
-    {
-        "enforced_spend_limit_reached",
-        "contract_spend_limit_reached",
-        "linked_organization_spend_limit_reached",
-    }
-)
-_NO_CREDIT = re.compile(r"credit balance is too low", re.IGNORECASE)
-# Anthropic's second wording of a context overflow, besides "prompt is too long".
-_CONTEXT = re.compile(r"exceed context limit", re.IGNORECASE)
-
-
-# --- errors ------------------------------------------------------------------------------------
-
-
-def _error_fields(error: object) -> tuple[str | None, str, str | None]:
-    """``{"type": ..., "message": ..., "details": {"error_code": ...}}`` → its three parts."""
-    if not isinstance(error, dict):
-        return None, "(no error message)", None
-    kind = error.get("type")
-    message = error.get("message")
-    details = error.get("details")
-    code = details.get("error_code") if isinstance(details, dict) else None
-    return (
-        kind if isinstance(kind, str) else None,
-        redact_credentials(str(message)[:MAX_MESSAGE_CHARS]) if message else "(no error message)",
-        code if isinstance(code, str) else None,
-    )
-
-
-def _classify(
-    provider: str,
-    status: int,
-    kind: str | None,
-    message: str,
-    code: str | None,
-    *,
-    wait: float | None,
-    where: str,
-) -> GatewayError:
-    said = f"{provider} {where}: {message}"
-    if kind == "billing_error" or code in _QUOTA_CODES or _NO_CREDIT.search(message):
-        return QuotaExhausted(
-            f"{provider}: the anthropic account has no credit left or hit its spend limit "
-            f"({where}): {message}",
-            provider=provider,
-        )
-    if status in (400, 413) and (
-        is_context_length(message, None, None) or _CONTEXT.search(message)
-    ):
-        return ContextLengthExceeded(message, param="messages", provider=provider)
-    if status in (401, 403) or kind in ("authentication_error", "permission_error"):
-        # Only the type: never the upstream's words, which could quote what was sent.
-        return UpstreamAuthFailed(
-            f"{provider}: anthropic rejected the gateway's credential ({where}, {kind or status})",
-            provider=provider,
-        )
-    if status == 404:
-        # The message names the model ("model: claude-..."): the configuration is wrong.
-        return UpstreamServerError(
-            f"{provider}: anthropic does not serve the configured model ({where}): {message}",
-            provider=provider,
-        )
-    if status == 429:
-        return UpstreamRateLimited(said, provider=provider, retry_after_s=wait)
-    if status == 529 or kind == "overloaded_error":
-        return UpstreamOverloaded(said, provider=provider, retry_after_s=wait)
-    if status in (408, 504):
-        return UpstreamTimeout(said, provider=provider, retry_after_s=wait)
-    if 400 <= status < 500:
-        # The request's own fault (413 request_too_large included): another provider of the
-        # same alias would say the same.
-        return InvalidRequest(message, provider=provider)
-    if status >= 500:
-        return UpstreamServerError(said, provider=provider, retry_after_s=wait)
-    return UpstreamProtocolError(f"{provider} answered unexpected HTTP {status}", provider=provider)
-
-
-def classify_error(
-    provider: str, status: int, body: bytes, headers: Mapping[str, str]
-) -> GatewayError:
-    """A non-2xx answer (``{"type": "error", "error": {...}}``) → the gateway's error."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        parsed = None
-    error = parsed.get("error") if isinstance(parsed, dict) else None
-    kind, message, code = _error_fields(error)
-    if error is None:
-        text = body.decode("utf-8", "replace").strip()[:MAX_MESSAGE_CHARS]
-        message = redact_credentials(text) or "(empty body)"
-    wait = parse_retry_after(headers.get("retry-after"))
-    return _classify(
-        provider, status, kind, message, code, wait=wait, where=f"answered HTTP {status}"
-    )
-
-
-def classify_stream_error(provider: str, error: object) -> GatewayError:
-    """The ``error`` object of an ``event: error`` sent after the 200."""
-    kind, message, code = _error_fields(error)
-    status = _ERROR_STATUS.get(kind or "", 500)
-    return _classify(provider, status, kind, message, code, wait=None, where="failed mid-stream")
-
-
 # --- the stream --------------------------------------------------------------------------------
 
 
@@ -220,12 +92,16 @@ def _count(value: object) -> int | None:
 class _Block:
     """An open content block: what its deltas become."""
 
-    __slots__ = ("has_arguments", "kind", "tool_index")
+    __slots__ = ("has_arguments", "kind", "signature", "thinking", "thinking_chars", "tool_index")
 
     def __init__(self, kind: str, tool_index: int = -1) -> None:
         self.kind = kind  # "text", "thinking", "tool_use", or "other" (deltas ignored)
         self.tool_index = tool_index
         self.has_arguments = False
+        # A thinking block's text and signature, handed back whole when it stops.
+        self.thinking: list[str] = []
+        self.thinking_chars = 0
+        self.signature: str | None = None
 
 
 class AnthropicStreamParser:
@@ -244,6 +120,7 @@ class AnthropicStreamParser:
         self._next_index = 0
         self._tool_calls = ToolCallAssembler()
         self._tool_count = 0
+        self._details = 0  # reasoning details given so far: the next one's index
         self._stop_reason: str | None = None
         self._input_tokens = 0
         self._cache_read: int | None = None
@@ -394,14 +271,36 @@ class AnthropicStreamParser:
             text = self._text(content.get("text"), "a text block's text")
             return [TextDelta(text=text)] if text else []
         if kind == "thinking":
-            self._blocks[index] = _Block("thinking")
+            block = self._blocks[index] = _Block("thinking")
             text = self._text(content.get("thinking"), "a thinking block's thinking")
+            self._keep_thinking(block, text)
+            # A whole message (parse_whole) has the signature here; a stream has it in a delta.
+            signature = content.get("signature")
+            if signature:
+                block.signature = self._text(signature, "a thinking block's signature")
             return [ReasoningDelta(text=text)] if text else []
         if kind == "tool_use":
             return self._tool_start(index, content)
-        # redacted_thinking (encrypted, nothing to show), server tools' blocks, and any new kind.
         self._blocks[index] = _Block("other")
+        if kind == "redacted_thinking":
+            # Encrypted, nothing to show; but the vendor needs it back, untouched.
+            data = self._text(content.get("data"), "a redacted_thinking block's data")
+            return [self._detail(data=data)] if data else []
+        # Server tools' blocks, and any new kind.
         return []
+
+    def _detail(self, **fields: str | None) -> ReasoningDetail:
+        if self._details >= MAX_DETAILS:
+            raise self._malformed(f"more than {MAX_DETAILS} thinking blocks")
+        detail = ReasoningDetail(self._details, ANTHROPIC, **fields)
+        self._details += 1
+        return detail
+
+    def _keep_thinking(self, block: _Block, text: str) -> None:
+        block.thinking_chars += len(text)
+        if block.thinking_chars > MAX_THINKING_CHARS:
+            raise self._malformed(f"a thinking block of more than {MAX_THINKING_CHARS} characters")
+        block.thinking.append(text)
 
     def _tool_start(self, index: int, content: Mapping[str, Any]) -> list[Event]:
         if self._tool_count >= MAX_TOOL_CALLS:
@@ -431,6 +330,9 @@ class AnthropicStreamParser:
         block = self._open(payload)
         delta = self._object(payload, "delta")
         kind = delta.get("type")
+        if kind == "signature_delta" and block.kind == "thinking":
+            block.signature = self._text(delta.get("signature"), "a signature_delta's signature")
+            return []
         if block.kind == "other" or kind in ("signature_delta", "citations_delta"):
             return []
         if kind == "text_delta" and block.kind == "text":
@@ -440,6 +342,7 @@ class AnthropicStreamParser:
         if kind == "thinking_delta" and block.kind == "thinking":
             text = self._text(delta.get("thinking"), "a thinking_delta's thinking")
             self._streamed_chars += len(text)
+            self._keep_thinking(block, text)
             return [ReasoningDelta(text=text)] if text else []
         if kind == "input_json_delta" and block.kind == "tool_use":
             fragment = self._text(delta.get("partial_json"), "a partial_json")
@@ -460,6 +363,10 @@ class AnthropicStreamParser:
             # (it concatenates the fragments and parses the result).
             block.has_arguments = True
             return [self._tool_delta(ToolCallDelta(block.tool_index, None, None, "{}"))]
+        if block.kind == "thinking" and block.signature:
+            # Signed: what Anthropic needs back, as it was, for thinking to go on in a tool
+            # loop. An unsigned block could not be sent back, so it is not offered.
+            return [self._detail(text="".join(block.thinking), signature=block.signature)]
         return []
 
     def _message_delta(self, payload: Mapping[str, Any]) -> None:

@@ -22,7 +22,8 @@ not translated below is never sent. Every OpenAI field, and what Anthropic gets:
 ``response_format``        ``json_schema`` → ``output_config.format``; ``text`` dropped (the
                            default); ``json_object`` refused (no schemaless JSON mode)
 ``reasoning_effort``,      ``thinking`` (:func:`thinking_config`); off mid tool loop
-``reasoning`` (gateway's)  (:func:`in_tool_loop`)
+``reasoning`` (gateway's)  (:func:`in_tool_loop`) unless the assistant message sent back its
+                           ``reasoning_details`` (``reasoning.py``)
 ``stream``                 always ``true``
 everything else            dropped (:data:`DROPPED_FIELDS`) or refused (:data:`REFUSED_FIELDS`)
 =========================  ======================================================================
@@ -42,6 +43,11 @@ from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.request import ChatRequest
+from trio_gateway.providers.anthropic.reasoning import (
+    resumes_thinking,
+    thinking_blocks,
+    without_thinking,
+)
 from trio_gateway.providers.output_caps import client_output_limit, model_output_cap
 from trio_gateway.providers.translate import (
     budget_for,
@@ -199,7 +205,9 @@ def _assistant_blocks(message: Mapping[str, Any], path: str) -> list[Block]:
                 "input": arguments,
             }
         )
-    return blocks
+    # Its signed thinking first, where Anthropic had it (dropped again if this request does not
+    # think: build_body).
+    return thinking_blocks(message) + blocks if blocks else blocks
 
 
 def _tool_result_block(message: Mapping[str, Any]) -> Block:
@@ -350,7 +358,8 @@ def in_tool_loop(messages: list[Block]) -> bool:
 
     With thinking on, Anthropic wants that turn to open with its thinking block, signed (``a
     final assistant message must start with a thinking block``). An OpenAI conversation
-    carries no thinking blocks, so such a request cannot think."""
+    carries them only as ``reasoning_details`` (:func:`reasoning.resumes_thinking`); without
+    them such a request cannot think."""
     for turn in reversed(messages):
         if turn["role"] == "assistant":
             return any(block["type"] == "tool_use" for block in turn["content"])
@@ -434,13 +443,15 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
 
     system, messages = translate_messages(body["messages"])
     reasoning = request.reasoning
-    if reasoning and in_tool_loop(messages):
-        # Reasoning resumes with the next user turn; this step of the loop answers unthinking
-        # rather than not at all.
+    if reasoning and in_tool_loop(messages) and not resumes_thinking(messages):
+        # Without its signed thinking the turn cannot think: reasoning resumes with the next
+        # user turn; this step of the loop answers unthinking rather than not at all.
         reasoning = False
     max_tokens = requested_max_tokens(body, provider)
     thinking = thinking_config(reasoning, _given(body, "reasoning_effort"), provider, max_tokens)
     thinking_on = thinking is not None and thinking["type"] == "enabled"
+    if not thinking_on:
+        messages = without_thinking(messages)
     out: dict[str, Any] = {"model": provider.model, "max_tokens": max_tokens}
     if system:
         out["system"] = system

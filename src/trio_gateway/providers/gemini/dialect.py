@@ -29,12 +29,14 @@ from trio_gateway.core.errors import (
 from trio_gateway.core.events import (
     Event,
     ReasoningDelta,
+    ReasoningDetail,
     ResponseDone,
     ResponseStarted,
     TextDelta,
     ToolCallDelta,
     Usage,
 )
+from trio_gateway.core.reasoning_details import GOOGLE, MAX_DETAILS
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.sse import SSEEvent, json_data
 from trio_gateway.core.toolcalls import ToolCallAssembler
@@ -153,9 +155,11 @@ class GeminiStreamParser:
     output: the request was well formed, and another vendor's filter is not a retry to try.
 
     Only ``candidates[0]`` is read (the gateway asks for one). Parts other than text, thoughts and
-    function calls (code execution, inline images) are never asked for and are skipped, as is
-    ``thoughtSignature``. What the parser keeps is bounded: the tool calls (at most
-    :data:`MAX_TOOL_CALLS`, their arguments bounded by the assembler) and the last usage.
+    function calls (code execution, inline images) are never asked for and are skipped. A part's
+    ``thoughtSignature`` is handed on as a :class:`ReasoningDetail` (``id``: the call it was sent
+    on), for the client to send back (``request.py``): Gemini 3 refuses a call without it. What
+    the parser keeps is bounded: the tool calls (at most :data:`MAX_TOOL_CALLS`, their arguments
+    bounded by the assembler), the number of signatures seen and the last usage.
     """
 
     def __init__(self, provider: str) -> None:
@@ -167,6 +171,7 @@ class GeminiStreamParser:
         self._usage: Usage | None = None
         self._tool_calls = ToolCallAssembler()
         self._tool_count = 0
+        self._signatures = 0
         # Characters streamed since the last usageMetadata, for a stream cut short.
         self._unmetered_chars = 0
 
@@ -297,9 +302,25 @@ class GeminiStreamParser:
                 self._unmetered_chars += len(text)
                 thought = part.get("thought") is True
                 events.append(ReasoningDelta(text=text) if thought else TextDelta(text=text))
+        signature = part.get("thoughtSignature")
         call = part.get("functionCall")
+        call_id = None
         if call is not None:
-            events.append(self._tool_call(call))
+            delta = self._tool_call(call)
+            events.append(delta)
+            call_id = delta.id
+        if signature is not None:
+            if not isinstance(signature, str):
+                raise self._malformed("a thoughtSignature that is not a string")
+            if signature:
+                events.append(self._signature(signature, call_id))
+
+    def _signature(self, signature: str, call_id: str | None) -> ReasoningDetail:
+        if self._signatures >= MAX_DETAILS:
+            raise self._malformed(f"more than {MAX_DETAILS} thought signatures")
+        detail = ReasoningDetail(self._signatures, GOOGLE, data=signature, tool_call_id=call_id)
+        self._signatures += 1
+        return detail
 
     def _tool_call(self, call: object) -> ToolCallDelta:
         if not isinstance(call, dict):

@@ -44,6 +44,7 @@ from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.request import strict_loads as _strict_loads
 from trio_gateway.providers.gemini.model_rules import output_cap, thinking_config
+from trio_gateway.providers.gemini.signatures import message_signatures
 from trio_gateway.providers.translate import (
     content_texts,
     image_type_from_url,
@@ -95,8 +96,9 @@ DROPPED_FIELDS: Final = frozenset(
 # OpenAI fields whose loss would change the answer's meaning: refused, not dropped.
 REFUSED_FIELDS: Final = frozenset({"functions", "function_call", "web_search_options"})
 # Gemini 3 refuses a replayed functionCall part without the thoughtSignature it was sent with
-# ("Function call is missing a thought_signature"). OpenAI clients never see signatures, so the
-# gateway cannot return them; this is the value Google documents for history it did not sign
+# ("Function call is missing a thought_signature"). A client that sends back the answer's
+# reasoning_details returns them (signatures.py); for a history without them, this is the value
+# Google documents for history it did not sign
 # (https://ai.google.dev/gemini-api/docs/thought-signatures). Earlier models ignore it.
 SKIP_SIGNATURE: Final = "skip_thought_signature_validator"
 # An image URL whose path names no known image type (translate.IMAGE_EXTENSION_TYPES) is sent
@@ -196,19 +198,28 @@ def _model_parts(message: Mapping[str, Any], path: str) -> tuple[list[Part], dic
     if isinstance(refusal, str) and refusal and not texts:
         texts = [refusal]
     parts: list[Part] = [{"text": text} for text in texts]
+    signed = message_signatures(message)
+    if signed is not None and signed.text is not None and parts:
+        parts[-1]["thoughtSignature"] = signed.text
     names: dict[str, str] = {}
-    for k, call in enumerate(_given(message, "tool_calls") or ()):
+    calls = _given(message, "tool_calls") or ()
+    # No signature for any of these calls (none sent back, or ids the client changed): Google's
+    # placeholder on each, as for a history without signatures.
+    by_call = {} if signed is None else signed.calls
+    placeholder = not any(call["id"] in by_call for call in calls)
+    for k, call in enumerate(calls):
         function = call["function"]
         args = tool_arguments_object(
             function["arguments"], param=f"{path}.tool_calls[{k}].function.arguments"
         )
         names[call["id"]] = function["name"]
-        parts.append(
-            {
-                "functionCall": {"name": function["name"], "args": args},
-                "thoughtSignature": SKIP_SIGNATURE,
-            }
-        )
+        call_part: Part = {"functionCall": {"name": function["name"], "args": args}}
+        # Each call with the signature Gemini sent it with (none on a parallel call Gemini did
+        # not sign), or Google's placeholder.
+        signature = SKIP_SIGNATURE if placeholder else by_call.get(call["id"])
+        if signature is not None:
+            call_part["thoughtSignature"] = signature
+        parts.append(call_part)
     return parts, names
 
 

@@ -27,6 +27,7 @@ from trio_gateway.providers.openai_compatible.dialect import (
     OpenAICompatibleDialect,
 )
 from trio_gateway.providers.openai_compatible.endpoints import MAX_EMBEDDINGS_BYTES, KindReader
+from trio_gateway.providers.translate import without_reasoning_details
 
 # Chat Completions request fields as OpenAI documents them; anything else is not sent.
 OPENAI_FIELDS = frozenset(
@@ -78,6 +79,8 @@ OPENAI_EMBEDDINGS_FIELDS = frozenset({"input", "dimensions", "encoding_format", 
 def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
     strip = frozenset(provider.strip_fields)
     body = {k: v for k, v in request.body.items() if k in OPENAI_FIELDS and k not in strip}
+    if "messages" in body:
+        body["messages"] = without_reasoning_details(body["messages"])
     max_tokens = request.body.get("max_tokens") if "max_tokens" not in strip else None
     body.pop("max_tokens", None)
     if "max_completion_tokens" not in body and max_tokens is not None:

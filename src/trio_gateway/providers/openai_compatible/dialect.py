@@ -35,6 +35,7 @@ from trio_gateway.providers.errors import classify_inband, classify_status
 from trio_gateway.providers.openai_compatible.endpoints import MAX_EMBEDDINGS_BYTES, KindReader
 from trio_gateway.providers.openai_compatible.usage import parse_usage
 from trio_gateway.providers.output_caps import held_output_tokens
+from trio_gateway.providers.translate import without_reasoning_details
 
 # Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
 IGNORED_FIELDS = frozenset({"store", "metadata", "user"})
@@ -59,6 +60,8 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
     """The body sent upstream. The upstream is always asked to stream, with usage."""
     strip = provider.strip_fields
     body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
+    if "messages" in body:
+        body["messages"] = without_reasoning_details(body["messages"])
     body["model"] = provider.model
     body["stream"] = True
     # Without include_usage vLLM reports no token counts at all on a stream; with
