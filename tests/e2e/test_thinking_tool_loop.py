@@ -10,6 +10,7 @@ call replayed without its signature."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -47,7 +48,8 @@ async def vendor_fleet(vendor: str) -> AsyncIterator[Fleet]:
         )
         sim: SimHandle = await nursery.start(serve_sim, sim_config)
         toml = provider("gemini", sim, weight=100, vision=False)
-        toml = toml.replace('model = "qwen3-32b"', f'model = "{GEMINI_3}"')
+        toml = re.sub(r'(?m)^model = "[^"]*"$', f'model = "{GEMINI_3}"', toml, count=1)
+        assert GEMINI_3 in toml
         text = '[server]\nlisten = "127.0.0.1:0"\n[aliases.agent-lite]\n' + toml
         config = parse_config(text, source="test.toml", environ=ENV)
         async with running_gateway(config) as gateway:
@@ -103,8 +105,10 @@ def first_call_id(message: Any) -> str:
 def thinking_sent(vendor: str, body: dict[str, Any]) -> bool:
     if vendor == "anthropic":
         return bool(body.get("thinking", {}).get("type") == "enabled")
+    # Gemini 3 thinks at a level (2.5 at a budget; a budget of 0 is off).
     config = body["generationConfig"]["thinkingConfig"]
-    return bool(config.get("thinkingBudget")) and config.get("includeThoughts") is True
+    on = bool(config.get("thinkingLevel")) or bool(config.get("thinkingBudget"))
+    return on and config.get("includeThoughts") is True
 
 
 def replayed(vendor: str, body: dict[str, Any]) -> Any:
