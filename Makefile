@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install run test lint typecheck unit bench bench-all bench-overhead bench-stream-timing \
 	bench-cancellation bench-scale bench-slow-clients bench-fleet bench-chunk-path mutation \
-	mutation-core mutation-providers clean
+	mutation-core mutation-providers mutation-money mutation-lock clean
 
 # Serving needs the package alone; the tests add their tools (SDKs, pytest, ruff, mypy).
 RUN_STAMP := $(VENV)/.run-stamp
@@ -131,10 +131,16 @@ MUTATION_PROVIDERS = trio_gateway.providers.upstream. trio_gateway.providers.dia
 	trio_gateway.providers.httpx_errors. trio_gateway.providers.credentials. \
 	trio_gateway.providers.openai_compatible. trio_gateway.providers.openai. \
 	trio_gateway.providers.anthropic. trio_gateway.providers.gemini.
+# The money path (issue 29): keys, limits and budgets, their stores, admission, the usage
+# ledger and stream, the output caps that bound a request's cost, and the capacity gate.
+MUTATION_MONEY = trio_gateway.accounting.limits. trio_gateway.accounting.usage_stream. \
+	trio_gateway.accounting.key_store. trio_gateway.accounting.limit_store. \
+	trio_gateway.accounting.admission. trio_gateway.accounting.ledger. trio_gateway.core.keys. \
+	trio_gateway.core.usage. trio_gateway.providers.output_caps. trio_gateway.capacity.gate.
 
 mutation: $(MUTATION_STAMP)
 	rm -rf mutants
-	$(MUTMUT_RUN) $(foreach p,$(MUTATION_CORE) $(MUTATION_PROVIDERS),"$(p)*")
+	$(MUTMUT_RUN) $(foreach p,$(MUTATION_CORE) $(MUTATION_PROVIDERS) $(MUTATION_MONEY),"$(p)*")
 	$(BIN)/python tools/mutation/report.py
 
 mutation-core: $(MUTATION_STAMP)
@@ -146,6 +152,11 @@ mutation-providers: $(MUTATION_STAMP)
 	rm -rf mutants
 	$(MUTMUT_RUN) $(foreach p,$(MUTATION_PROVIDERS),"$(p)*")
 	$(BIN)/python tools/mutation/report.py --only $(MUTATION_PROVIDERS)
+
+mutation-money: $(MUTATION_STAMP)
+	rm -rf mutants
+	$(MUTMUT_RUN) $(foreach p,$(MUTATION_MONEY),"$(p)*")
+	$(BIN)/python tools/mutation/report.py --only $(MUTATION_MONEY)
 
 # After a run whose survivors are all killed or listed: record the listed equivalents' sources,
 # so the next runs skip them while those stay unchanged (tools/mutation/fingerprint.py).
