@@ -107,3 +107,11 @@ async def test_settle_names_the_keys_under_the_prefix() -> None:
     store, client = _store(5, prefix="p:")
     await store.settle("k", "h1", 42)
     assert client.calls == [(["p:spent:{k}", "p:holds:{k}", "p:holdexp:{k}"], ["h1", 42])]
+
+
+async def test_a_hold_of_less_than_a_millisecond_lives_one() -> None:
+    store, client = _store([0, 0, 0, 0, 0, 0, b"0"])
+    await store.admit(
+        AdmitArgs(key="k", rpm=None, tpm=None, tokens=1, budget=9, hold=1, hold_id="h", ttl_s=1e-4)
+    )
+    assert client.calls[0][1][-1] == 1

@@ -218,3 +218,23 @@ async def test_fail_closed_says_so_to_the_client_and_the_log(
     assert [r.getMessage() for r in caplog.records] == [
         "limits: store unavailable (redis connection failed: refused); refusing (fail_closed)"
     ]
+
+
+async def test_a_record_without_a_provider_is_billed_nothing() -> None:
+    limits = local_limits()
+    store = limits.store
+    assert isinstance(store, MemoryStore)
+    # Whatever the providers are called (a name is never empty): none answered, no price applies.
+    prices = {name: Prices(input=1000.0) for name in ("XXXX", "None", "null")}
+    admission = Admission(key="alice", hold_id="h", headers=[], prices=prices)
+    record = UsageRecord(
+        request_id="r",
+        key="alice",
+        alias="a",
+        provider=None,
+        outcome="failed",
+        prompt_tokens=5,
+        started_at=0.0,
+    )
+    await limits.settle(admission, record)
+    assert store.spent("alice") == 0
