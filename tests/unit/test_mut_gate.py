@@ -6,6 +6,7 @@ real Redis in tests/e2e/test_gate_redis.py."""
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -19,6 +20,7 @@ from trio_gateway.capacity.gate import (
     RENEW_SCRIPT,
     LeaseBroker,
     SharedGate,
+    _parse,
 )
 from trio_gateway.redis.client import RedisClient, RedisError, Value
 
@@ -204,3 +206,39 @@ async def test_an_attempt_cancelled_mid_call_removes_its_lease_and_its_local_slo
     assert str(args[0]).startswith("p:")
     assert broker.errors == 0 and not broker.fallback_active()
     assert _borrowed(gate) == 0
+
+
+def test_a_reply_is_ints_then_strings() -> None:
+    assert _parse([1, 0, b"p:1", 5], 2) == ([1, 0], ["p:1", "5"])
+    for bad in ([1], [1, b"x"], "OK"):
+        with pytest.raises(RedisError) as caught:
+            _parse(bad, 2)
+        assert str(caught.value) == f"unexpected lease script reply {bad!r}"
+
+
+async def test_redis_failing_and_answering_again_are_each_said_once(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    redis = _Redis()
+    broker = _broker(redis, on_error="refuse")
+    gate = broker.gate("g", 2)
+    redis.down = True
+    with caplog.at_level(logging.WARNING, logger="trio_gateway"):
+        assert not await gate.try_acquire(object())
+        await broker._renew()
+        redis.down = False
+        assert await gate.try_acquire(object())
+        await broker._renew()
+        # A Redis that does not answer within timeout_s.
+
+        async def hang(source: str, keys: Sequence[str], args: Sequence[Value]) -> object:
+            await trio.sleep_forever()
+
+        redis.run_script = hang  # type: ignore[method-assign]
+        await broker._renew()
+    assert [r.getMessage() for r in caplog.records] == [
+        "admission leases: redis failing (redis connection failed: refused); on_error=refuse",
+        "admission leases: redis answers again",
+        "admission leases: redis failing (no answer within 1.0s); on_error=refuse",
+    ]
+    assert broker.errors == 3
