@@ -3,14 +3,27 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
 import trio
 import trio.testing
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.unit.test_usage import one
+from trio_gateway.accounting import ledger as ledger_module
 from trio_gateway.accounting.admission import local_limits
-from trio_gateway.accounting.ledger import QueuedSink
+from trio_gateway.accounting.ledger import (
+    DROP_LOG_INTERVAL_S,
+    QueuedSink,
+    SQLiteLedger,
+    serve_ledger,
+)
 from trio_gateway.config.schema import UsageConfig
+from trio_gateway.core.usage import UsageRecord
 
 
 async def test_a_gathering_batch_wakes_when_the_records_behind_its_first_fill_it(
@@ -59,3 +72,42 @@ def test_the_dropped_records_and_the_store_errors_say_what_they_count() -> None:
         "# HELP gateway_limits_store_errors_total Budget and rate-limit store calls that "
         "failed or missed [redis] timeout_s\n"
     ) in text
+
+
+async def test_a_full_queue_is_logged_again_after_the_interval(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    sink = QueuedSink(UsageConfig(queue_size=1))
+    assert sink.offer(one(0))
+    with caplog.at_level(logging.WARNING, logger="trio_gateway"):
+        assert not sink.offer(one(1))
+        await trio.sleep(DROP_LOG_INTERVAL_S - 0.5)
+        assert not sink.offer(one(2))  # within the interval: counted, not logged
+        await trio.sleep(0.5)
+        assert not sink.offer(one(3))
+    assert [r.getMessage() for r in caplog.records] == [
+        "usage ledger queue full: 1 records dropped so far (gateway_usage_dropped_total)",
+        "usage ledger queue full: 3 records dropped so far (gateway_usage_dropped_total)",
+    ]
+
+
+async def test_batches_that_fail_to_be_written_are_counted_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(conn: sqlite3.Connection, records: Sequence[UsageRecord]) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(ledger_module, "write_batch", fail)
+    path = str(tmp_path / "u.sqlite3")
+    ledger = SQLiteLedger(path, UsageConfig(batch_max=2, flush_interval_s=0.01))
+    for i in range(3):
+        ledger.offer(one(i))
+    ledger.close()  # the queue is written out (here: fails) in batches of 2, then 1
+    with caplog.at_level(logging.ERROR, logger="trio_gateway"), trio.fail_after(10):
+        await serve_ledger(ledger)
+    assert ledger.statistics().dropped_write_failed == 3
+    assert ledger.statistics().written == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        f"usage ledger {path}: 2 records not written: database or disk is full",
+        f"usage ledger {path}: 1 records not written: database or disk is full",
+    ]
