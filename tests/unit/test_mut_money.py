@@ -13,7 +13,8 @@ from trio_gateway.accounting.limits import Prices, cost_nanos, reserve_tokens
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.errors import Forbidden
 from trio_gateway.core.keys import ApiKey, KeysFileError, load_keys, parse_keys
-from trio_gateway.core.usage import refused_record
+from trio_gateway.core.kind import RequestKind
+from trio_gateway.core.usage import estimate_body_prompt, estimate_prompt_tokens, refused_record
 from trio_gateway.providers.output_caps import known_output_cap
 
 BOB = "tgw-bob-secret"
@@ -120,3 +121,17 @@ def test_a_cost_rounds_to_a_millionth_of_a_nano_before_rounding_up() -> None:
 
 def test_a_limit_of_one_token_is_a_limit() -> None:
     assert reserve_tokens(10, 1, 4096) == 11
+
+
+def test_no_messages_is_no_prompt() -> None:
+    assert estimate_prompt_tokens([]) == 0
+    assert estimate_prompt_tokens(None) == 0
+    assert estimate_body_prompt({}, RequestKind.CHAT) == 0
+
+
+def test_a_chat_s_media_is_counted_by_the_given_vendors() -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    body = {"messages": [{"role": "user", "content": [image]}]}
+    openai = estimate_body_prompt(body, RequestKind.CHAT, ("openai",))
+    assert openai == estimate_prompt_tokens(body["messages"], ("openai",))
+    assert openai < estimate_body_prompt(body, RequestKind.CHAT)
