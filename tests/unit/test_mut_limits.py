@@ -46,6 +46,13 @@ def test_gcra_refused_says_the_reset_and_the_wait() -> None:
     )
 
 
+def test_gcra_refused_within_a_second_of_the_reset() -> None:
+    # The whole limit asked for, half a second before it is whole again.
+    decision = gcra(1000.5, 1000.0, 60, 60)
+    assert not decision.allowed
+    assert decision.reset_s == 0.5 and decision.retry_after_s == 0.5
+
+
 def test_gcra_a_cost_of_nothing_takes_nothing() -> None:
     decision = gcra(0.0, 1000.0, 60, 0)
     assert decision.allowed and decision.tat == 1000.0 and decision.remaining == 60
@@ -97,11 +104,13 @@ async def test_memory_store_a_budget_refusal_reports_the_limits_and_what_is_left
     await store.settle("k", "a", 200)
     second = await store.admit(attrs.evolve(args, hold_id="b"))
     assert second.available == 1000 - 200 - 300
-    refused = await store.admit(attrs.evolve(args, hold_id="c", hold=600))
-    assert refused.refused == "budget" and refused.available == 500
+    third = await store.admit(attrs.evolve(args, hold_id="c", hold=100))
+    assert third.available == 1000 - 200 - 300 - 100  # b's hold still counts
+    refused = await store.admit(attrs.evolve(args, hold_id="d", hold=500))
+    assert refused.refused == "budget" and refused.available == 400
     # Each decision as if this request had been taken (the caller gives it back: _untaken).
-    assert refused.requests is not None and refused.requests.remaining == 7
-    assert refused.tokens is not None and refused.tokens.remaining == 70
+    assert refused.requests is not None and refused.requests.remaining == 6
+    assert refused.tokens is not None and refused.tokens.remaining == 60
 
 
 async def test_memory_store_a_budget_spent_past_its_end_has_nothing_left() -> None:
