@@ -121,6 +121,11 @@ async def test_a_budget_refusal_gives_back_the_tokens_in_its_headers() -> None:
     pricey = ProviderConfig(name="p", type="openai", model="gpt-4o", price_output_per_mtok=1.0)
     with pytest.raises(BudgetExceeded) as refused:
         await limits.admit(key, {"messages": MESSAGES, "max_tokens": 100}, (Reserve(pricey, 100),))
+    assert refused.value.message == (
+        "API key 'a' has 0.000000 of its budget left (after running requests' holds); this "
+        "request may cost up to 0.000100 (prompt estimate + the most output the alias's "
+        "costliest provider may produce for it): lower max_tokens, or raise the budget"
+    )
     headers = dict(refused.value.rate_headers)
     assert headers[b"x-ratelimit-remaining-requests"] == b"10"
     assert headers[b"x-ratelimit-remaining-tokens"] == b"1000"

@@ -11,6 +11,7 @@ import pytest
 
 from tests.unit.test_auth import ALICE, BOB, FakeClock, entry
 from trio_gateway.accounting.key_store import KeyStore
+from trio_gateway.core.errors import Unauthorized
 from trio_gateway.core.keys import KeyRing, KeysFileError, parse_keys
 from trio_gateway.core.usage import NULL_SINK, UsageRecord
 
@@ -132,3 +133,18 @@ def test_the_null_sink_takes_every_record() -> None:
         request_id="r", key=None, alias=None, provider=None, outcome="refused", started_at=0.0
     )
     assert NULL_SINK.offer(record) is True
+
+
+def test_the_401_messages_word_for_word(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    path.write_text(entry("alice", ALICE))
+    keys = KeyStore(str(path), clock=FakeClock())
+    with pytest.raises(Unauthorized) as missing:
+        keys.authenticate(None)
+    assert missing.value.message == (
+        "missing API key: send it as 'Authorization: Bearer <key>' (on a WebSocket also as "
+        "the subprotocol 'bearer.<key>' or '?access_token=<key>')"
+    )
+    with pytest.raises(Unauthorized) as wrong:
+        keys.authenticate(BOB)
+    assert wrong.value.message == "invalid API key"
