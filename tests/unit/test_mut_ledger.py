@@ -111,3 +111,44 @@ async def test_batches_that_fail_to_be_written_are_counted_and_logged(
         f"usage ledger {path}: 2 records not written: database or disk is full",
         f"usage ledger {path}: 1 records not written: database or disk is full",
     ]
+
+
+def test_a_ledger_in_a_new_folder_creates_it(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "u.sqlite3"
+    conn = ledger_module.connect(str(path))
+    conn.close()
+    assert path.is_file()
+
+
+async def test_a_ledger_opened_in_one_thread_is_written_from_another(tmp_path: Path) -> None:
+    # serve_ledger opens it in one worker thread and writes from whichever runs next.
+    conn = ledger_module.connect(str(tmp_path / "u.sqlite3"))
+    try:
+        await trio.to_thread.run_sync(ledger_module.write_batch, conn, [one(0)])
+        assert conn.execute("SELECT request_id FROM usage").fetchall() == [("r0",)]
+    finally:
+        conn.close()
+
+
+async def test_a_cancelled_service_still_closes_its_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[sqlite3.Connection] = []
+    connect = ledger_module.connect
+
+    def recorded(path: str) -> sqlite3.Connection:
+        opened.append(connect(path))
+        return opened[-1]
+
+    monkeypatch.setattr(ledger_module, "connect", recorded)
+    ledger = SQLiteLedger(str(tmp_path / "u.sqlite3"), UsageConfig(flush_interval_s=0.01))
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_ledger, ledger)
+            ledger.offer(one(0))
+            nursery.cancel_scope.cancel()  # the server stops: the queue is written out
+            ledger.close()
+    assert ledger.statistics().written == 1
+    [conn] = opened
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("SELECT 1")
