@@ -9,12 +9,19 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_auth import ALICE, entry, problems
+from tests.unit.test_usage import record as usage_record_of
 from trio_gateway.accounting.limits import Prices, cost_nanos, reserve_tokens
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.errors import Forbidden
+from trio_gateway.core.events import Usage
 from trio_gateway.core.keys import ApiKey, KeysFileError, load_keys, parse_keys
 from trio_gateway.core.kind import RequestKind
-from trio_gateway.core.usage import estimate_body_prompt, estimate_prompt_tokens, refused_record
+from trio_gateway.core.usage import (
+    PartialUsage,
+    estimate_body_prompt,
+    estimate_prompt_tokens,
+    refused_record,
+)
 from trio_gateway.providers.output_caps import known_output_cap
 
 BOB = "tgw-bob-secret"
@@ -135,3 +142,22 @@ def test_a_chat_s_media_is_counted_by_the_given_vendors() -> None:
     openai = estimate_body_prompt(body, RequestKind.CHAT, ("openai",))
     assert openai == estimate_prompt_tokens(body["messages"], ("openai",))
     assert openai < estimate_body_prompt(body, RequestKind.CHAT)
+
+
+def test_a_record_comes_from_the_chat_endpoint_unless_told() -> None:
+    assert usage_record_of().endpoint == "chat"
+    assert usage_record_of(endpoint="embeddings").endpoint == "embeddings"
+
+
+def test_counts_the_vendor_sent_are_never_estimated() -> None:
+    # The vendor's own counts, cut before it counted the prompt: the prompt stays unknown (0).
+    partial = PartialUsage(Usage(0, 4), estimated=False)
+    cut = usage_record_of(usage=None, partial=partial, prompt_estimate=lambda: 99)
+    assert (cut.prompt_tokens, cut.completion_tokens, cut.estimated) == (0, 4, False)
+
+
+def test_missing_counts_are_zero() -> None:
+    nothing = usage_record_of(usage=None, partial=None)
+    assert (nothing.reasoning_tokens, nothing.cached_tokens, nothing.prompt_tokens) == (0, 0, 0)
+    bare = usage_record_of(usage=Usage(3, 2), partial=None)
+    assert (bare.reasoning_tokens, bare.cached_tokens) == (0, 0)
