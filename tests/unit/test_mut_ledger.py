@@ -152,3 +152,35 @@ async def test_a_cancelled_service_still_closes_its_ledger(
     [conn] = opened
     with pytest.raises(sqlite3.ProgrammingError):
         conn.execute("SELECT 1")
+
+
+async def _batch_times(sink: QueuedSink) -> list[tuple[float, int]]:
+    return [(trio.current_time(), len(batch)) async for batch in sink._batches()]
+
+
+async def test_a_batch_one_short_of_full_waits_for_the_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sink = QueuedSink(UsageConfig(queue_size=10, batch_max=3, flush_interval_s=5.0))
+    sink.offer(one(0))
+    sink.offer(one(1))
+    async with trio.open_nursery() as nursery:
+        batches: list[tuple[float, int]] = []
+
+        async def serve() -> None:
+            async for batch in sink._batches():
+                batches.append((trio.current_time(), len(batch)))
+
+        nursery.start_soon(serve)
+        await trio.sleep(6.0)
+        assert batches == [(5.0, 2)]
+        sink.close()
+
+
+async def test_a_closed_queue_is_written_out_without_waiting(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sink = QueuedSink(UsageConfig(queue_size=10, batch_max=3, flush_interval_s=5.0))
+    sink.offer(one(0))
+    sink.close()
+    assert await _batch_times(sink) == [(0.0, 1)]
