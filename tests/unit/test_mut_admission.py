@@ -131,3 +131,9 @@ async def test_a_budget_refusal_gives_back_the_tokens_in_its_headers() -> None:
     assert headers[b"x-ratelimit-remaining-tokens"] == b"1000"
     # Whole again at once, but for a float's rounding of the time given back.
     assert headers[b"x-ratelimit-reset-tokens"] in (b"0ms", b"1ms")
+
+
+def test_in_process_limits_refuse_when_their_store_fails_and_hold_15_minutes() -> None:
+    limits = local_limits()
+    assert (limits.fail_open, limits.hold_ttl_s, limits.timeout_s) == (False, 900.0, 1.0)
+    assert local_limits(30.0).hold_ttl_s == 30.0
