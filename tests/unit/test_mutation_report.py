@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tomli
 from tools.mutation.fingerprint import fingerprint, read_lock, split_name, write_lock
-from tools.mutation.report import EQUIVALENT, MARKER, ListError, parse_equivalent
+from tools.mutation.report import EQUIVALENT, MARKER, ListError, merged_lock, parse_equivalent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,3 +99,15 @@ def test_the_lock_round_trips_and_names_listed_mutants(tmp_path: Path) -> None:
     assert read_lock(path) == {"a.x_f__mutmut_1": "cd", "a.xǁCǁg__mutmut_3": "ab"}
     listed = parse_equivalent(EQUIVALENT.read_text(encoding="utf-8"))
     assert set(read_lock()) <= set(listed), "equivalent.lock names a mutant no longer listed"
+
+
+def test_locking_one_part_keeps_the_entries_of_the_others() -> None:
+    listed = {"a.x_f__mutmut_1": "why", "b.x_g__mutmut_2": "why", "b.x_h__mutmut_3": "why"}
+    lock = {"a.x_f__mutmut_1": "old-a", "b.x_g__mutmut_2": "old-b", "c.x_gone__mutmut_4": "x"}
+    # This run checked b's mutants only (a's are another part, or were left unchecked).
+    decided = {"b.x_g__mutmut_2", "b.x_h__mutmut_3"}
+    survived = {"b.x_h__mutmut_3": "new-h"}
+    assert merged_lock(lock, listed, decided, survived) == {
+        "a.x_f__mutmut_1": "old-a",  # kept: not checked by this run
+        "b.x_h__mutmut_3": "new-h",  # b.x_g was checked and did not survive: dropped
+    }

@@ -124,6 +124,16 @@ def print_modules(results: dict[str, int | None], equivalent: dict[str, str]) ->
         print(f"{module:<40}" + "".join(f"{rows[module][c]:>12}" for c in columns))
 
 
+def merged_lock(
+    lock: dict[str, str], listed: dict[str, str], decided: set[str], survived: dict[str, str]
+) -> dict[str, str]:
+    """The lock after a run: the fingerprints of the listed mutants this run saw survive, and
+    the old entries of listed mutants it did not check (another part's, or left unchecked:
+    ``--only``, or a run of some modules only); names no longer listed are dropped."""
+    kept = {n: fp for n, fp in lock.items() if n in listed and n not in decided}
+    return kept | survived
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mutants", type=Path, default=ROOT / "mutants")
@@ -141,7 +151,7 @@ def main() -> int:
     args = parser.parse_args()
 
     results = read_results(args.mutants)
-    equivalent = read_equivalent(args.equivalent)
+    equivalent = listed_all = read_equivalent(args.equivalent)
     if args.only:
         prefixes = tuple(args.only)
         results = {name: code for name, code in results.items() if name.startswith(prefixes)}
@@ -199,10 +209,10 @@ def main() -> int:
             for n, fp in current.items()
             if fp is not None and (results[n] == 0 or n in skipped)
         }
-        # Entries of other parts (--only) are kept; names no longer listed are dropped.
-        kept = {n: fp for n, fp in lock.items() if n in equivalent and n not in current}
-        write_lock(kept | survived)
-        print(f"equivalent.lock: {len(kept | survived)} fingerprints")
+        decided = {n for n in current if results[n] is not None}
+        merged = merged_lock(lock, listed_all, decided, survived)
+        write_lock(merged)
+        print(f"equivalent.lock: {len(merged)} fingerprints")
     ok = score >= args.min_score
     for name in stale:
         print(f"the equivalent list names {name}, which the run did not produce", file=sys.stderr)
