@@ -33,6 +33,7 @@ from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.events_sse import handle_events
 from trio_gateway.fronts.http import (
     ClientGone,
+    ErrorShape,
     Receive,
     Scope,
     Send,
@@ -40,6 +41,7 @@ from trio_gateway.fronts.http import (
     send_error,
     send_json,
 )
+from trio_gateway.fronts.http import openai_error as openai_error_shape
 from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.http1.listen import Connections
 from trio_gateway.http1.server import HANG_UP_EXTENSION
@@ -89,6 +91,9 @@ METERED_ROUTES = {
     "/v1/completions": RequestKind.COMPLETIONS,
     "/v1/embeddings": RequestKind.EMBEDDINGS,
 }
+# How each front words its errors, those of the app included (a 401, a 404 of a path under it):
+# by the longest listed prefix of the path, OpenAI's shape where none is listed.
+ERROR_SHAPES: dict[str, ErrorShape] = {}
 # The handlers of the routes that relay an answer.
 RELAYED = {
     "/v1/chat/completions": handle_chat,
@@ -237,14 +242,16 @@ class GatewayApp:
             return
         except GatewayError as exc:
             self._refused(scope, request_id, key, exc.code, started_wall, started)
-            await send_error(send, exc, [(b"x-request-id", request_id.encode())])
+            named = [(b"x-request-id", request_id.encode())]
+            await send_error(send, exc, named, error_shape(scope["path"]))
         except Exception:
             log.exception("internal error on %s %s (request %s)", method, path, request_id)
             error = InternalError(
                 f"internal error (request {request_id}); the gateway's log has the details",
                 request_id=request_id,
             )
-            await send_error(send, error, [(b"x-request-id", request_id.encode())])
+            named = [(b"x-request-id", request_id.encode())]
+            await send_error(send, error, named, error_shape(scope["path"]))
         finally:
             self.open_requests -= 1
 
@@ -354,6 +361,15 @@ class GatewayApp:
                 if key is None or key.allows(name)
             ],
         }
+
+
+def error_shape(path: str) -> ErrorShape:
+    """The error shape of the front a path belongs to (``ERROR_SHAPES``)."""
+    best: tuple[int, ErrorShape] = (0, openai_error_shape)
+    for prefix, shape in ERROR_SHAPES.items():
+        if path.startswith(prefix) and len(prefix) > best[0]:
+            best = (len(prefix), shape)
+    return best[1]
 
 
 def _route_label(path: str) -> str:

@@ -1,8 +1,10 @@
 """Where a front finds the caller's API key, and what the key may do with a request.
 
-Over HTTP the key is ``Authorization: Bearer KEY``. A WebSocket upgrade may carry that header
-too; a browser, which cannot set headers on one, offers the subprotocol ``bearer.KEY``
-alongside ``trio-gateway``, or appends ``?access_token=KEY`` to the URL.
+Over HTTP the key is ``Authorization: Bearer KEY``, or ``x-api-key: KEY`` as Anthropic's
+clients send it (the SDKs, Claude Code): a bearer token wins when both are there. A WebSocket
+upgrade may carry that header too; a browser, which cannot set headers on one, offers the
+subprotocol ``bearer.KEY`` alongside ``trio-gateway``, or appends ``?access_token=KEY`` to the
+URL.
 
 RFC 6455: a server that accepts a subprotocol answers with one the client offered. The gateway
 answers ``trio-gateway`` when it was offered, and never echoes ``bearer.KEY`` (the key would be
@@ -30,7 +32,11 @@ def http_key(scope: Scope, keys: KeyStore | None) -> ApiKey | None:
     """The caller's key (None when the gateway serves without keys), or 401."""
     if keys is None:
         return None
-    return keys.authenticate(bearer_token(header(scope, b"authorization")))
+    token = bearer_token(header(scope, b"authorization"))
+    if token is None:
+        api_key = header(scope, b"x-api-key")
+        token = (api_key.decode("latin-1").strip() or None) if api_key is not None else None
+    return keys.authenticate(token)
 
 
 @attrs.frozen(kw_only=True)

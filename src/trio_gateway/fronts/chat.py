@@ -26,9 +26,11 @@ from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import authorize, with_session
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import (
+    ErrorShape,
     Receive,
     Send,
     SSEAnswer,
+    openai_error,
     read_body,
     send_error,
     send_json,
@@ -159,11 +161,16 @@ class WholeAnswer:
     (or the error that came instead)."""
 
     def __init__(
-        self, send: Send, accumulator: Accumulator, headers: list[tuple[bytes, bytes]]
+        self,
+        send: Send,
+        accumulator: Accumulator,
+        headers: list[tuple[bytes, bytes]],
+        error_shape: ErrorShape = openai_error,
     ) -> None:
         self._send = send
         self._accumulator = accumulator
         self._headers = headers
+        self._error_shape = error_shape
         self._error: GatewayError | None = None
         self.answered = trio.Event()
 
@@ -177,10 +184,11 @@ class WholeAnswer:
     async def end(self) -> None:
         self.answered.set()
         if self._error is not None:
-            await send_error(self._send, self._error, self._headers)
+            await send_error(self._send, self._error, self._headers, self._error_shape)
         elif self._accumulator.finish_reason is None:
             # The producer ended without an answer or an error: only cancellation does that.
-            await send_error(self._send, InternalError("the answer ended early"), self._headers)
+            early = InternalError("the answer ended early")
+            await send_error(self._send, early, self._headers, self._error_shape)
         else:
             await send_json(self._send, 200, self._accumulator.result(), self._headers)
 
@@ -220,14 +228,25 @@ async def handle_chat(
     )
 
 
+def openai_stream_error(error: GatewayError) -> bytes:
+    """An error once a stream has begun, as the OpenAI fronts write it: an in-band chunk, then
+    the stream's end."""
+    return error_chunk(error) + DONE
+
+
 @attrs.frozen
 class Answer:
     """How a front writes its answers: the id's prefix, a streamed answer's encoder, a whole
-    answer's accumulator (each made from the answer's id and creation time)."""
+    answer's accumulator (each made from the answer's id and creation time), and how it words
+    an error: before anything was sent (``error_shape``), and in band (``stream_error``)."""
 
     id_prefix: str
     whole: Callable[[str, int], Accumulator]
     stream: Callable[[str, int], Encoder] | None = None  # None: the endpoint never streams
+    error_shape: ErrorShape = openai_error
+    stream_error: Callable[[GatewayError], bytes] = openai_stream_error
+    # Written after the last event of a stream (the events front's end marker, say).
+    closing: Callable[[], bytes] = lambda: b""
 
 
 async def serve_request(
@@ -255,10 +274,11 @@ async def serve_request(
     sink: SSEAnswer | WholeAnswer
     if request.stream and answer.stream is not None:
         encoder = answer.stream(completion_id, created)
+        stream_error = answer.stream_error
 
         def render(item: Item) -> bytes:
             if isinstance(item, GatewayError):
-                return error_chunk(item) + DONE
+                return stream_error(item)
             return encoder.encode(item)
 
         answered = trio.Event()
@@ -270,9 +290,12 @@ async def serve_request(
             stall_timeout_s=server.client_stall_timeout_s,
             client=client,
             drop=drop_connection,
+            closing=answer.closing,
+            error_shape=answer.error_shape,
         )
     else:
-        sink = WholeAnswer(send, answer.whole(completion_id, created), extra_headers)
+        accumulator = answer.whole(completion_id, created)
+        sink = WholeAnswer(send, accumulator, extra_headers, answer.error_shape)
         answered = sink.answered
 
     watchers, hang_up = client_watch(receive, client, answered)
