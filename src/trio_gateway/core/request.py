@@ -40,6 +40,9 @@ class ChatRequest:
     session_id: str | None = None
     # The endpoint it came to: how a provider is asked and its answer read.
     kind: RequestKind = RequestKind.CHAT
+    # The front that translated it into a chat request (``messages``, ``responses``), for the
+    # usage record's ``endpoint``; None: the request's kind names it.
+    front: str | None = None
     # The prompt's estimate (usage.estimate_prompt_tokens), taken when the body is released.
     _prompt_estimate: int | None = attrs.field(default=None, init=False, repr=False)
 

@@ -76,7 +76,8 @@ class UsageRecord:
     ttft_s: float | None = None
     duration_s: float = 0.0
     started_at: float  # wall clock, seconds since the epoch
-    # The endpoint it came to (a ``RequestKind`` value): chat, completions or embeddings.
+    # The endpoint it came to: a ``RequestKind`` value (chat, completions, embeddings) or the
+    # front that translated it into chat (messages, responses).
     endpoint: str = "chat"
 
     def as_row(self) -> dict[str, object]:

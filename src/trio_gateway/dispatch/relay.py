@@ -133,7 +133,7 @@ def record(
         ttft_s=ttft_s,
         duration_s=duration_s,
         started_at=time.time() if started_wall is None else started_wall,
-        endpoint=request.kind.value,
+        endpoint=request.front or request.kind.value,
     )
     router.usage.offer(usage_rec)
     if (context := current_request()) is not None:

@@ -84,12 +84,12 @@ KEYED_PATHS = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/events", "/v1/models"}
 )
 # Routes whose every request gets a usage record (relay.record once it is under way), and the
-# endpoint the record names.
+# endpoint the record names: the request's kind, or the front's name (ChatRequest.front).
 METERED_ROUTES = {
-    "/v1/chat/completions": RequestKind.CHAT,
-    "/v1/events": RequestKind.CHAT,
-    "/v1/completions": RequestKind.COMPLETIONS,
-    "/v1/embeddings": RequestKind.EMBEDDINGS,
+    "/v1/chat/completions": RequestKind.CHAT.value,
+    "/v1/events": RequestKind.CHAT.value,
+    "/v1/completions": RequestKind.COMPLETIONS.value,
+    "/v1/embeddings": RequestKind.EMBEDDINGS.value,
 }
 # How each front words its errors, those of the app included (a 401, a 404 of a path under it):
 # by the longest listed prefix of the path, OpenAI's shape where none is listed.
@@ -280,8 +280,8 @@ class GatewayApp:
     ) -> None:
         """A metered request that ended before the relay (which records the others), under the
         alias its body named once that was read (chat.read_chat_request)."""
-        kind = METERED_ROUTES.get(scope["path"].rstrip("/"))
-        if kind is None:
+        endpoint = METERED_ROUTES.get(scope["path"].rstrip("/"))
+        if endpoint is None:
             return
         context = current_request()
         record = refused_record(
@@ -292,7 +292,7 @@ class GatewayApp:
             started_at=started_wall,
             duration_s=trio.current_time() - started,
             cancelled=cancelled,
-            endpoint=kind.value,
+            endpoint=endpoint,
         )
         self.router.usage.offer(record)
         count_refused(self.router, record)
