@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cryptography.fernet import Fernet
+
 from trio_gateway.core.keys import KeysFileError, load_keys
 from trio_gateway.core.model_families import TABLES
 from trio_gateway.redis.url import parse_redis_url
@@ -196,6 +198,7 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
         problems.extend(_auth_problems(config))
     if not 1 <= config.server.workers <= MAX_WORKERS:
         problems.append(f"server.workers: must be from 1 to {MAX_WORKERS}")
+    problems.extend(_responses_problems(config, environ))
     for key in ("max_body_bytes", "stream_buffer_events"):
         if getattr(config.server, key) < 1:
             problems.append(f"server.{key}: must be at least 1")
@@ -342,5 +345,30 @@ def raw_secret_problems(raw: dict[str, Any], environ: Mapping[str, str]) -> list
                 problems.append(
                     f"aliases.{alias_name}.providers[{i}].api_key_env: "
                     f"environment variable {env!r} is not set"
+                )
+    return problems
+
+
+def _responses_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
+    """``[responses]``: a positive TTL and memory bound, and a seal key that is one."""
+    settings = config.responses
+    problems = []
+    if settings.store_ttl_s <= 0:
+        problems.append("responses.store_ttl_s: must be greater than 0")
+    if settings.memory_max_responses < 1:
+        problems.append("responses.memory_max_responses: must be at least 1")
+    env = settings.seal_key_env
+    if env is not None:
+        value = environ.get(env)
+        if not value:
+            problems.append(f"responses.seal_key_env: environment variable {env!r} is not set")
+        else:
+            try:
+                Fernet(value.encode("ascii"))
+            except (ValueError, UnicodeEncodeError):
+                problems.append(
+                    f"responses.seal_key_env: {env!r} does not hold a Fernet key (32 bytes, "
+                    "URL-safe base64: python -c 'from cryptography.fernet import Fernet; "
+                    "print(Fernet.generate_key().decode())')"
                 )
     return problems

@@ -24,6 +24,7 @@ from trio_gateway.config.schema import (
     PROVIDER_PATH_KEYS,
     PROVIDER_TYPES,
     ROUTINGS,
+    BuiltinTools,
     ConfigError,
     GatewayConfig,
     OnLeaseError,
@@ -109,6 +110,9 @@ def _make_converter() -> cattrs.Converter:
     )
     converter.register_structure_hook_func(
         lambda t: t == ReasoningOff, _literal_hook(("refuse", "lowest"), "reasoning_off")
+    )
+    converter.register_structure_hook_func(
+        lambda t: t == BuiltinTools, _literal_hook(("drop", "refuse"), "builtin_tools")
     )
     converter.register_structure_hook_func(
         lambda t: t == UsageSinkKind, _literal_hook(("sqlite", "redis_stream", "none"), "sink")
@@ -241,7 +245,9 @@ def parse_config(
         if p.api_key_env is not None
     }
     warnings = tuple(unused_key_warnings(raw))
-    return attrs.evolve(config, api_keys=keys, source=source, warnings=warnings)
+    seal_env = config.responses.seal_key_env
+    seal_key = Secret(env[seal_env]) if seal_env is not None else None
+    return attrs.evolve(config, api_keys=keys, seal_key=seal_key, source=source, warnings=warnings)
 
 
 def _read(path: Path) -> str:

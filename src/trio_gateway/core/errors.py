@@ -19,6 +19,7 @@ occur, never further in.
     │   ├── RequestTimeout              408 request_timeout (a body too slow to come)
     │   ├── ModelNotFound               404 model_not_found (unknown alias)
     │   ├── RouteNotFound               404 not_found
+    │   ├── ResponseNotFound            404 response_not_found (none, expired, another key's)
     │   ├── MethodNotAllowed            405 method_not_allowed
     │   ├── Unauthorized                401 invalid_api_key (WWW-Authenticate: Bearer)
     │   ├── Forbidden                   403 alias_not_allowed
@@ -44,6 +45,7 @@ occur, never further in.
     ├── Overloaded                      503 overloaded
     ├── ShuttingDown                    503 shutting_down
     ├── LimitsUnavailable               503 limits_unavailable (Redis down, fail_closed)
+    ├── StoreUnavailable                503 store_unavailable (stored responses unreadable)
     └── InternalError                   500 internal_error
 """
 
@@ -162,6 +164,15 @@ class RouteNotFound(RequestError):
     code = "not_found"
     status = 404
     openai_type = "not_found_error"
+
+
+class ResponseNotFound(RequestError):
+    """A stored response (``/v1/responses/{id}``, ``previous_response_id``) that does not
+    exist, has expired, or belongs to another key."""
+
+    code = "response_not_found"
+    status = 404
+    openai_type = "invalid_request_error"
 
 
 class MethodNotAllowed(RequestError):
@@ -368,6 +379,14 @@ class LimitsUnavailable(GatewayError):
     ``[redis] on_error = "fail_closed"``."""
 
     code = "limits_unavailable"
+    status = 503
+    retryable = True
+
+
+class StoreUnavailable(GatewayError):
+    """The stored responses could not be read (Redis did not answer, the file failed)."""
+
+    code = "store_unavailable"
     status = 503
     retryable = True
 

@@ -42,6 +42,7 @@ from trio_gateway.fronts.http import (
     send_json,
 )
 from trio_gateway.fronts.http import openai_error as openai_error_shape
+from trio_gateway.fronts.responses import handle_responses, handle_stored
 from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.http1.listen import Connections
 from trio_gateway.http1.server import HANG_UP_EXTENSION
@@ -68,8 +69,12 @@ ROUTES = {
     "/": ("GET", "HEAD"),
     "/status": ("GET", "HEAD"),
     "/status.json": ("GET", "HEAD"),
+    # The Responses front (fronts/responses.py): a stored response by id.
+    "/v1/responses": ("POST",),
+    "/v1/responses/{id}": ("GET", "HEAD", "DELETE"),
 }
 MODEL_PREFIX = "/v1/models/"
+RESPONSE_PREFIX = "/v1/responses/"
 # An unknown path is logged, but not at any length.
 MAX_LOGGED_PATH_CHARS = 200
 # Every route, for the 404's hint (a test checks it against ROUTES).
@@ -77,11 +82,20 @@ ROUTE_LIST = (
     "POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings, POST /v1/events, "
     "GET /v1/models, GET /v1/models/{id}, "
     "GET /v1/ws (WebSocket), GET /healthz, GET /readyz, GET /metrics, GET / (status page), "
-    "GET /status, GET /status.json"
+    "GET /status, GET /status.json, "
+    "POST /v1/responses, GET /v1/responses/{id}, DELETE /v1/responses/{id}"
 )
 # Paths that need an API key when the gateway has keys; the probes and metrics never do.
 KEYED_PATHS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/events", "/v1/models"}
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/events",
+        "/v1/models",
+        "/v1/responses",
+        "/v1/responses/{id}",
+    }
 )
 # Routes whose every request gets a usage record (relay.record once it is under way), and the
 # endpoint the record names: the request's kind, or the front's name (ChatRequest.front).
@@ -90,6 +104,7 @@ METERED_ROUTES = {
     "/v1/events": RequestKind.CHAT.value,
     "/v1/completions": RequestKind.COMPLETIONS.value,
     "/v1/embeddings": RequestKind.EMBEDDINGS.value,
+    "/v1/responses": "responses",
 }
 # How each front words its errors, those of the app included (a 401, a 404 of a path under it):
 # by the longest listed prefix of the path, OpenAI's shape where none is listed.
@@ -100,6 +115,7 @@ RELAYED = {
     "/v1/events": handle_events,
     "/v1/completions": handle_completions,
     "/v1/embeddings": handle_embeddings,
+    "/v1/responses": handle_responses,
 }
 
 
@@ -196,6 +212,8 @@ class GatewayApp:
             if route.startswith(MODEL_PREFIX) and len(route) > len(MODEL_PREFIX):
                 # /v1/models/{id}: the SDK's models.retrieve. An alias may hold a "/".
                 route, model_id = "/v1/models", route[len(MODEL_PREFIX) :]
+            elif route.startswith(RESPONSE_PREFIX) and len(route) > len(RESPONSE_PREFIX):
+                route, model_id = "/v1/responses/{id}", route[len(RESPONSE_PREFIX) :]
             methods = ROUTES.get(route)
             if methods is None:
                 raise RouteNotFound(f"no route {path}; the routes are {ROUTE_LIST}")
@@ -218,6 +236,8 @@ class GatewayApp:
                     client,
                     session,
                 )
+            elif path == "/v1/responses/{id}" and model_id is not None:
+                await handle_stored(self.router, method, model_id, key, send)
             elif path == "/v1/models" and model_id is not None:
                 await send_json(send, 200, self._model(model_id, key))
             elif path == "/v1/models":
@@ -379,6 +399,8 @@ def _route_label(path: str) -> str:
         return route
     if route.startswith(MODEL_PREFIX):
         return "/v1/models/{id}"
+    if route.startswith(RESPONSE_PREFIX):
+        return "/v1/responses/{id}"
     return "other"
 
 

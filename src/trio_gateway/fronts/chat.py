@@ -247,6 +247,8 @@ class Answer:
     stream_error: Callable[[GatewayError], bytes] = openai_stream_error
     # Written after the last event of a stream (the events front's end marker, say).
     closing: Callable[[], bytes] = lambda: b""
+    # Headers of its own on every answer (the Responses front's x-gateway-dropped-tools).
+    headers: Sequence[tuple[bytes, bytes]] = ()
 
 
 async def serve_request(
@@ -270,6 +272,7 @@ async def serve_request(
     extra_headers = [(b"x-request-id", request_id.encode())]
     if admission is not None:
         extra_headers += admission.headers
+    extra_headers += answer.headers
 
     sink: SSEAnswer | WholeAnswer
     if request.stream and answer.stream is not None:

@@ -325,6 +325,14 @@ class Metrics:
         )
         for result in ("applied", "rejected"):
             self.config_reloads.labels(result)
+        # The agent fronts (/v1/responses, /v1/messages): what of a request they did not use.
+        self.front_dropped_fields = Counter(
+            "gateway_front_dropped_fields",
+            "Request fields (and built-in tools, 'tool:<type>') a front dropped, by front and "
+            "field ('other' for a field it does not know)",
+            ["front", "field"],
+            registry=registry,
+        )
         registry.register(_LiveCollector(read_providers))
         registry.register(LogDropCollector(DROPPED.by_level))
         # The series every request touches, looked up without labels() (see Children).
