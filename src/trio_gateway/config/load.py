@@ -41,7 +41,7 @@ from trio_gateway.core.capability import Capability
 from trio_gateway.sim.config import SimConfig
 
 # GatewayConfig's fields that load fills in, never the file (omitted from its structure hook).
-_NOT_FROM_FILE = frozenset({"api_keys", "source", "warnings", "listen_origin"})
+_NOT_FROM_FILE = frozenset({"api_keys", "seal_key", "source", "warnings", "listen_origin"})
 
 
 def _strict_int(value: object, _: type) -> int:
@@ -150,6 +150,7 @@ def _make_converter() -> cattrs.Converter:
             GatewayConfig,
             converter,
             api_keys=override(omit=True),
+            seal_key=override(omit=True),
             source=override(omit=True),
             warnings=override(omit=True),
             listen_origin=override(omit=True),
