@@ -46,8 +46,19 @@ from trio_gateway.fronts.openai_chunks import dumps
 
 # Finish reasons that leave the answer incomplete, and the reason the API names.
 INCOMPLETE: Final = {"length": "max_output_tokens", "content_filter": "content_filter"}
-# The gateway's codes the Responses API spells its own way.
-ERROR_CODES: Final = {"rate_limited": "rate_limit_exceeded", "internal_error": "server_error"}
+# The gateway's codes in a failed response, as the API spells them: its rate limit, and the
+# context overflow Codex tells its user about (the API sends it, though the SDK's type does not
+# list it); any other failure is the API's "server_error" (the message says which).
+ERROR_CODES: Final = {
+    "rate_limited": "rate_limit_exceeded",
+    "quota_exhausted": "insufficient_quota",
+    "context_length_exceeded": "context_length_exceeded",
+}
+
+
+def error_code(code: str) -> str:
+    return ERROR_CODES.get(code, "server_error")
+
 
 Seal = Callable[[list[dict[str, Any]]], str]
 
@@ -62,7 +73,11 @@ def usage_object(usage: Usage | None) -> dict[str, Any] | None:
         return None
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens or 0},
+        # cache_write_tokens: the SDK's type requires it; the events do not count it.
+        "input_tokens_details": {
+            "cached_tokens": usage.cached_tokens or 0,
+            "cache_write_tokens": 0,
+        },
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens or 0},
         "total_tokens": usage.total_tokens,
@@ -163,7 +178,7 @@ class ResponseWriter:
         if isinstance(event, ResponseDone):
             return out + self._done(event.finish_reason)
         if isinstance(event, ErrorEvent):
-            return out + self._failed(ERROR_CODES.get(event.code, event.code), event.message)
+            return out + self._failed(error_code(event.code), event.message)
         if isinstance(event, ResponseStarted | ResponseCancelled):
             return out
         raise TypeError(f"unknown event {event!r}")
@@ -177,7 +192,7 @@ class ResponseWriter:
     def fail(self, error: GatewayError) -> bytes:
         """An error once the stream began: ``response.failed`` (the stream's last event)."""
         out = self._start()
-        return out + self._failed(ERROR_CODES.get(error.code, error.code), error.message)
+        return out + self._failed(error_code(error.code), f"{error.message} ({error.code})")
 
     # --- items -----------------------------------------------------------------------------
     def _item_id(self, prefix: str) -> str:
