@@ -13,7 +13,7 @@ import pytest
 import trio
 from openai import AsyncOpenAI, OpenAI
 
-from tests.e2e.harness import Stack, script
+from tests.e2e.harness import Stack, script, wait_until
 
 ANSWER = script({"reasoning": "think 思考"}, {"text": "Hello 世界 🌍"})
 WEATHER: Any = {
@@ -180,3 +180,38 @@ def sync_session(base_url: str) -> dict[str, Any]:
 async def test_sync_sdk(stack: Stack) -> None:
     result = await trio.to_thread.run_sync(sync_session, stack.v1)
     assert result == {"whole": "plain answer", "streamed": "Hello 世界 🌍"}
+
+
+async def test_a_client_that_leaves_mid_stream_aborts_the_upstream(stack: Stack) -> None:
+    body = {
+        "model": "agent-lite",
+        "input": script({"text": "start"}, {"text_tokens": 100000}),
+        "stream": True,
+    }
+    async with (
+        httpx.AsyncClient(timeout=10) as client,
+        client.stream("POST", stack.v1 + "/responses", json=body) as response,
+    ):
+        assert response.status_code == 200
+        async for chunk in response.aiter_bytes():
+            if b"response.output_text.delta" in chunk:
+                break
+    with trio.fail_after(10):
+        stats = await stack.sim.engine.wait_until(lambda s: s.aborts == 1)
+    assert stats.tokens_generated < 1000
+    router = stack.gateway.router
+    await wait_until(lambda: router.upstreams["sim-a"].statistics().in_flight == 0)
+
+
+async def test_an_upstream_cut_mid_stream_is_a_failed_response(stack: Stack) -> None:
+    client = client_for(stack)
+    stream = await client.responses.create(
+        model="agent-lite", input=script({"text": "a b"}, {"drop": True}), stream=True
+    )
+    events = [event async for event in stream]
+    failed: Any = events[-1]
+    assert failed.type == "response.failed"
+    assert failed.response.status == "failed"
+    assert failed.response.error.code == "server_error"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    await client.close()
