@@ -149,24 +149,24 @@ async def test_a_tool_loop_by_previous_response_id_keeps_anthropic_thinking(stre
         await client.close()
 
 
-async def test_responses_in_redis_outlive_the_gateway_that_stored_them() -> None:
+async def test_responses_in_redis_are_every_gateway_s() -> None:
     async with running_redis() as redis, running_sim() as sim:
         text = (
             f'[server]\nlisten = "127.0.0.1:0"\n{redis_toml(redis)}'
             f"[aliases.agent-lite]\n{provider_toml('sim-a', sim.base_url)}"
         )
         config = parse_config(text, source="t.toml", environ={"SIM_KEY": "sim-key"})
-        async with running_gateway(config) as first:
-            client = sdk(first.base_url, "unused")
-            made = await client.responses.create(model="agent-lite", input=script({"text": "r"}))
-            # Read back before this gateway stops: it stores an answer once it has sent it.
-            assert (await client.responses.retrieve(made.id)).output_text == "r"
-            await client.close()
-        async with running_gateway(config) as second:
-            client = sdk(second.base_url, "unused")
-            got = await client.responses.retrieve(made.id)
-            assert got.output_text == "r"
-            await client.responses.delete(made.id)
+        async with running_gateway(config) as first, running_gateway(config) as second:
+            one, other = sdk(first.base_url, "unused"), sdk(second.base_url, "unused")
+            made = await one.responses.create(model="agent-lite", input=script({"text": "r"}))
+            # At once, from another gateway: a whole answer is stored before it is sent.
+            assert (await other.responses.retrieve(made.id)).output_text == "r"
+            follow = await other.responses.create(
+                model="agent-lite", input=script({"text": "s"}), previous_response_id=made.id
+            )
+            assert follow.output_text == "s"
+            await other.responses.delete(made.id)
             with pytest.raises(openai.NotFoundError):
-                await client.responses.retrieve(made.id)
-            await client.close()
+                await one.responses.retrieve(made.id)
+            await one.close()
+            await other.close()

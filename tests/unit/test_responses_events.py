@@ -43,7 +43,7 @@ ECHO: dict[str, Any] = {
 
 def writer(*, streaming: bool, summary: bool = False, **kwargs: Any) -> ResponseWriter:
     return ResponseWriter(
-        answer_id="resp-abc",
+        response_id="resp_abc",
         created_at=1,
         model="agent-lite",
         echo=ECHO,

@@ -12,7 +12,10 @@ API's default) the response and the conversation up to it are kept for ``previou
 from __future__ import annotations
 
 import logging
+import secrets
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any, Final
 
 import attrs
@@ -33,7 +36,7 @@ from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import authorize, with_session
 from trio_gateway.fronts.chat import Accumulator, Answer, Encoder, known_alias, serve_request
 from trio_gateway.fronts.direct import ClientSocket
-from trio_gateway.fronts.http import Receive, Send, read_body, send_json
+from trio_gateway.fronts.http import Message, Receive, Send, read_body, send_json
 from trio_gateway.fronts.responses_events import ResponseWriter
 from trio_gateway.fronts.responses_request import BUILTIN_TOOL_TYPES, parse_responses_body
 from trio_gateway.fronts.responses_seal import Sealer
@@ -66,6 +69,16 @@ class ResponsesService:
             return await self.store.get(owner, response_id)
         except StoreError as exc:
             raise StoreUnavailable(str(exc)) from None
+
+    @contextmanager
+    def writing(self, owner: str, response_id: str) -> Iterator[None]:
+        """While a response is being answered and stored: :meth:`get` waits for it."""
+        written = self._pending[(owner, response_id)] = trio.Event()
+        try:
+            yield
+        finally:
+            self._pending.pop((owner, response_id), None)
+            written.set()
 
     async def delete(self, owner: str, response_id: str) -> bool:
         try:
@@ -139,10 +152,12 @@ async def handle_responses(
     request = with_session(attrs.evolve(request, front=FRONT), session_id or parsed.session)
 
     writers: list[ResponseWriter] = []
+    # Its own, not the request id's: a client's x-request-id may come twice, a response id not.
+    response_id = "resp_" + secrets.token_hex(16)
 
     def writer(answer_id: str, created: int, *, streaming: bool) -> ResponseWriter:
         made = ResponseWriter(
-            answer_id=answer_id,
+            response_id=response_id,
             created_at=created,
             model=request.alias,
             echo=parsed.echo,
@@ -169,29 +184,50 @@ async def handle_responses(
     answer = Answer(
         id_prefix="resp", whole=whole, stream=stream, stream_error=stream_error, headers=headers
     )
-    pending_key: tuple[str, str] | None = None
-    if parsed.store:
-        pending_key = (owner, f"resp_{request_id}")
-        service._pending[pending_key] = trio.Event()
-    try:
+    stored = False
+
+    async def store() -> None:
+        """Keeps the answer, once, if it is one (completed or incomplete)."""
+        nonlocal stored
+        if stored or not parsed.store or not writers:
+            return
+        done = writers[-1]
+        if done.status not in ("completed", "incomplete"):
+            return
+        stored = True
+        record = {
+            "response": done.response(),
+            "items": [*history, *parsed.input_items, *done.output],
+        }
+        with trio.CancelScope(shield=True):
+            try:
+                await service.store.put(owner, done.id, record)
+            except StoreError as exc:
+                log.warning("responses: %s not stored: %s", done.id, exc)
+
+    async def send_stored(message: Message) -> None:
+        # A whole answer is stored before its body goes out: a client that continues from it
+        # at once, on any process, finds it. (A stream's last bytes may go straight to the
+        # socket; it is stored right after, and this process's requests wait for it.)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            await store()
+        await send(message)
+
+    with service.writing(owner, response_id) if parsed.store else nullcontext():
         outcome = await serve_request(
-            router, server, request, answer, request_id, receive, send, drop_connection, key, client
+            router,
+            server,
+            request,
+            answer,
+            request_id,
+            receive,
+            send_stored,
+            drop_connection,
+            key,
+            client,
         )
-        if parsed.store and writers and writers[-1].status in ("completed", "incomplete"):
-            done = writers[-1]
-            record = {
-                "response": done.response(),
-                "items": [*history, *parsed.input_items, *done.output],
-            }
-            with trio.CancelScope(shield=True):
-                try:
-                    await service.store.put(owner, done.id, record)
-                except StoreError as exc:
-                    log.warning("responses: %s not stored: %s", done.id, exc)
+        await store()
         return outcome
-    finally:
-        if pending_key is not None:
-            service._pending.pop(pending_key).set()
 
 
 def _count_dropped(router: Router, fields: tuple[str, ...], tools: tuple[str, ...]) -> None:

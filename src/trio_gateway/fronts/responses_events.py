@@ -63,11 +63,6 @@ def error_code(code: str) -> str:
 Seal = Callable[[list[dict[str, Any]]], str]
 
 
-def response_id(answer_id: str) -> str:
-    """The API's ids read ``resp_...``; the gateway's answer ids ``<prefix>-<request id>``."""
-    return "resp_" + answer_id.split("-", 1)[-1]
-
-
 def usage_object(usage: Usage | None) -> dict[str, Any] | None:
     if usage is None:
         return None
@@ -90,7 +85,7 @@ class ResponseWriter:
     def __init__(
         self,
         *,
-        answer_id: str,
+        response_id: str,
         created_at: int,
         model: str,
         echo: Mapping[str, Any],
@@ -99,8 +94,8 @@ class ResponseWriter:
         seal: Seal,
         streaming: bool,
     ) -> None:
-        self.id = response_id(answer_id)
-        self._base = self.id[len("resp_") :]
+        self.id = response_id
+        self._base = response_id.removeprefix("resp_")
         self._meta: dict[str, Any] = {
             "id": self.id,
             "object": "response",
