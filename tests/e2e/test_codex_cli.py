@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
@@ -29,6 +31,8 @@ from tests.e2e.harness import (
     running_sim,
     script,
 )
+from tests.e2e.test_cloud_providers import ENV, KEYS, MODELS, provider
+from trio_gateway.config.load import parse_config
 
 CODEX_VERSION = "0.169.0"
 # Codex's instructions and tools are some 10,000 tokens: more than the usual test model holds.
@@ -118,8 +122,26 @@ async def test_codex_exec_completes_a_turn(codex: Path, tmp_path: Path) -> None:
     assert sent["prompt_cache_key"]
 
 
+@asynccontextmanager
+async def vendor_stack(vendor: str) -> AsyncIterator[Stack]:
+    """The gateway with one provider: the vendor's simulator, with room for Codex's prompt."""
+    sim_config = attrs.evolve(
+        ROOMY_SIM,
+        dialect="vllm" if vendor == "vllm" else vendor,
+        api_key=KEYS[vendor],
+        served_model_name=MODELS[vendor],
+    )
+    async with running_sim(sim_config) as sim:
+        text = '[server]\nlisten = "127.0.0.1:0"\n[aliases.agent-lite]\n' + provider(
+            vendor, sim, weight=100, vision=False
+        )
+        async with running_gateway(parse_config(text, source="t.toml", environ=ENV)) as gateway:
+            yield Stack(sim=sim, gateway=gateway)
+
+
+@pytest.mark.parametrize("vendor", ["vllm", "anthropic"])
 async def test_codex_exec_runs_a_tool_and_answers_from_its_output(
-    codex: Path, tmp_path: Path
+    codex: Path, tmp_path: Path, vendor: str
 ) -> None:
     # The command prints a script the prompt must not hold as one (the simulator would read
     # the prompt's first "</sim>" as its end): the tag's name comes from a shell variable.
@@ -129,17 +151,23 @@ async def test_codex_exec_runs_a_tool_and_answers_from_its_output(
         {"reasoning": "I should run it"},
         {"tool_call": {"name": "exec_command", "arguments": {"cmd": command}}},
     )
-    async with (
-        running_sim(ROOMY_SIM) as sim,
-        running_gateway(gateway_config(provider_toml("sim-a", sim.base_url))) as gateway,
-    ):
-        stack = Stack(sim=sim, gateway=gateway)
+    async with vendor_stack(vendor) as stack:
         done = await codex_exec(codex, stack, tmp_path / "home", prompt)
         stats = await stack.sim_stats()
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert "the command said so" in done.stdout.decode()
     assert stats["requests"] == 2
     sent = stats["last_request_body"]
+    if vendor == "anthropic":
+        # Codex sent the reasoning item back sealed, as it got it (store: false): Anthropic
+        # got its signed thinking back, or its simulator would have refused the turn.
+        turn = sent["messages"][-2]
+        assert turn["role"] == "assistant"
+        thinking, call = turn["content"][0], turn["content"][-1]
+        assert thinking["type"] == "thinking" and thinking["signature"]
+        assert thinking["thinking"] == "I should run it"
+        assert call["type"] == "tool_use" and call["input"] == {"cmd": command}
+        return
     assistant, result = sent["messages"][-2:]
     call = assistant["tool_calls"][0]
     assert call["function"]["name"] == "exec_command"
