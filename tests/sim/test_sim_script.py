@@ -124,7 +124,8 @@ def test_the_script_comes_from_the_last_user_message_only() -> None:
 def test_a_closing_tool_result_with_a_script_steers_the_next_answer() -> None:
     question: dict[str, Any] = {"role": "user", "content": '<sim>{"steps": [{"text": "q"}]}</sim>'}
     call: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": []}
-    scripted: dict[str, Any] = {"role": "tool", "content": 'out: <sim>{"steps": [{"text": "done"}]}</sim>'}
+    done = '<sim>{"steps": [{"text": "done"}]}</sim>'
+    scripted: dict[str, Any] = {"role": "tool", "content": "out: " + done}
     plain: dict[str, Any] = {"role": "tool", "content": "18C"}
 
     def text_of(messages: list[dict[str, Any]]) -> object:

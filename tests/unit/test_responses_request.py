@@ -209,7 +209,7 @@ def test_namespace_tools_are_flattened_and_named_back() -> None:
         "files__read": ("files", "read"),
     }
     assert parsed.chat["messages"][1]["tool_calls"][0]["function"]["name"] == "files__read"
-    assert parsed.dropped_tools == ("mcp__github__.free",)
+    assert parsed.dropped_tools == ("custom",)
 
 
 @given(st.text(min_size=1, max_size=100), st.text(min_size=1, max_size=100))
@@ -223,6 +223,9 @@ def test_builtin_tools_are_dropped_or_refused() -> None:
     tools = [{"type": "web_search"}, {"type": "function", "name": "f"}]
     parsed = parse({"input": "x", "tools": tools})
     assert parsed.dropped_tools == ("web_search",)
+    # A type the API does not have is "other": a client's string never reaches a header.
+    odd = parse({"input": "x", "tools": [{"type": "evil\r\nx-injected: 1"}]})
+    assert odd.dropped_tools == ("other",)
     assert [t["function"]["name"] for t in parsed.chat["tools"]] == ["f"]
     assert parsed.echo["tools"] == [{"type": "function", "name": "f"}]
     with pytest.raises(UnsupportedParameter) as refused:

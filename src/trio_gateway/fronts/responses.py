@@ -38,7 +38,7 @@ from trio_gateway.fronts.chat import Accumulator, Answer, Encoder, known_alias, 
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Message, Receive, Send, read_body, send_json
 from trio_gateway.fronts.responses_events import ResponseWriter
-from trio_gateway.fronts.responses_request import BUILTIN_TOOL_TYPES, parse_responses_body
+from trio_gateway.fronts.responses_request import parse_responses_body
 from trio_gateway.fronts.responses_seal import Sealer
 from trio_gateway.ops.access import current as current_request
 
@@ -237,7 +237,7 @@ def _count_dropped(router: Router, fields: tuple[str, ...], tools: tuple[str, ..
         metric.labels(FRONT, field).inc()
     for tool in tools:
         log.debug("responses: dropped the built-in tool %r", tool)
-        metric.labels(FRONT, f"tool:{tool if tool in BUILTIN_TOOL_TYPES else 'other'}").inc()
+        metric.labels(FRONT, f"tool:{tool}").inc()
 
 
 async def handle_stored(

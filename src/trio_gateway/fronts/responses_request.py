@@ -470,7 +470,7 @@ def _tools(
                 inner = json_object(inner_path, inner)
                 inner_name = string(f"{inner_path}.name", required(inner, "name", inner_path))
                 if inner.get("type") != "function":
-                    dropped.append(f"{namespace}.{inner_name}")
+                    dropped.append(_tool_type(inner.get("type")))
                     continue
                 flat = flat_name(namespace, inner_name)
                 names[flat] = (namespace, inner_name)
@@ -482,8 +482,14 @@ def _tools(
                 param=f"{path}.type",
             )
         else:
-            dropped.append(kind)
+            dropped.append(_tool_type(kind))
     return tools, names, tuple(dropped)
+
+
+def _tool_type(kind: object) -> str:
+    """A dropped tool as the header and the metric name it: a type the API has, or "other"
+    (a client's own string never reaches a header or a label)."""
+    return kind if isinstance(kind, str) and kind in BUILTIN_TOOL_TYPES else "other"
 
 
 def _tool_choice(choice: object) -> str | dict[str, Any]:
