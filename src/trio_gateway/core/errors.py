@@ -42,6 +42,7 @@ occur, never further in.
     │   └── UpstreamProtocolError       502 upstream_protocol_error
     ├── AllProvidersFailed              503 upstream_unavailable
     ├── Overloaded                      503 overloaded
+    │   └── DescriptorsExhausted        503 overloaded (out of file descriptors; Retry-After)
     ├── ShuttingDown                    503 shutting_down
     ├── LimitsUnavailable               503 limits_unavailable (Redis down, fail_closed)
     └── InternalError                   500 internal_error
@@ -353,6 +354,14 @@ class Overloaded(GatewayError):
     code = "overloaded"
     status = 503
     retryable = True
+
+
+class DescriptorsExhausted(Overloaded):
+    """The gateway itself is out of file descriptors (core/descriptors.py): no provider is at
+    fault, so none is tried next or marked down."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = 1.0) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
 
 
 class ShuttingDown(GatewayError):

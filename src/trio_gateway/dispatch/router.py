@@ -23,6 +23,7 @@ from trio_gateway.capacity.health import ProviderHealth, log_transition
 from trio_gateway.config.schema import AliasConfig
 from trio_gateway.core.errors import (
     AllProvidersFailed,
+    DescriptorsExhausted,
     GatewayError,
     Overloaded,
     QuotaExhausted,
@@ -336,6 +337,8 @@ class Router:
         except RequestError:
             health.success()  # it answered, and correctly so
             raise
+        except DescriptorsExhausted:
+            raise  # the gateway's own limit: no provider's fault, and the next would meet it
         except GatewayError as exc:
             self._note_failure(health, exc)
             if emitted:
