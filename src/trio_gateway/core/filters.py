@@ -41,7 +41,7 @@ from trio_gateway.core.events import (
     ToolCallDelta,
     ToolCallDone,
 )
-from trio_gateway.core.filter_match import Field, Matcher, Rule, fold
+from trio_gateway.core.filter_match import FIELDS, Field, FilterSpec, Matcher, Rule, fold
 
 # (start, 0 for a block else 1, -length, rule, end): sorted, the order the reference takes them.
 _Occurrence = tuple[int, int, int, int, int]
@@ -428,3 +428,25 @@ def input_match(matcher: Matcher, body: Mapping[str, object]) -> Rule | None:
         if matched or field.blocked is not None:
             return field.blocked or matched[0]
     return None
+
+
+@attrs.frozen
+class AliasFilters:
+    """What one alias filters: its answers' fields, and its requests."""
+
+    output: OutputFilters | None = None
+    input: Matcher | None = None
+
+
+NO_FILTERS = AliasFilters()
+
+
+def alias_filters(output: Sequence[FilterSpec], input: Sequence[FilterSpec]) -> AliasFilters:
+    """Compiled once per alias (at start and at each reload), shared by its requests."""
+    out: OutputFilters | None = None
+    if output:
+        fields = {field: [s for s in output if field in s.applies_to] for field in FIELDS}
+        out = OutputFilters(
+            **{name: Matcher(specs) if specs else None for name, specs in fields.items()}
+        )
+    return AliasFilters(output=out, input=Matcher(input) if input else None)
