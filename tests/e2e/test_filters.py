@@ -291,3 +291,22 @@ async def test_websocket_masks_and_blocks(stack: Stack) -> None:
     blocked = transcripts["b"]
     assert "".join(e["text"] for e in blocked if e["type"] == "text.delta").strip() == "Safe start"
     assert blocked[-1]["code"] == "content_filtered"
+
+
+async def test_a_completion_is_masked_streamed_and_whole(stack: Stack) -> None:
+    client = openai.AsyncOpenAI(base_url=stack.v1, api_key="none", max_retries=0)
+    prompt = "Say " + said(SECRET_TEXT)
+    whole = await client.completions.create(model="agent-lite", prompt=prompt, max_tokens=100)
+    assert whole.choices[0].text.strip() == MASKED_TEXT
+    stream = await client.completions.create(
+        model="agent-lite", prompt=prompt, max_tokens=100, stream=True
+    )
+    pieces, finish = [], None
+    async for chunk in stream:
+        for choice in chunk.choices:
+            pieces.append(choice.text)
+            finish = choice.finish_reason or finish
+            assert MASKED_TEXT.startswith("".join(pieces).strip())
+    assert "".join(pieces).strip() == MASKED_TEXT
+    assert finish == "stop"
+    await client.close()

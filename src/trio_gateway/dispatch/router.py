@@ -401,13 +401,18 @@ def _compile_filters(
 ) -> dict[str, AliasFilters]:
     """Each alias's filters, compiled (an Aho-Corasick automaton per field: built once here,
     not per request). The config's checks have made sure every name is defined."""
+    # attrs.asdict keeps tuples as tuples.
     specs = {name: FilterSpec(name=name, **attrs.asdict(f)) for name, f in filters.items()}
+    # Aliases that name the same filters share one compiled set.
+    built: dict[tuple[tuple[str, ...], tuple[str, ...]], AliasFilters] = {}
     out = {}
     for name, alias in aliases.items():
-        if alias.output_filters or alias.input_filters:
-            out[name] = alias_filters(
-                [specs[f] for f in alias.output_filters], [specs[f] for f in alias.input_filters]
-            )
+        names = (alias.output_filters, alias.input_filters)
+        if names == ((), ()):
+            continue
+        if names not in built:
+            built[names] = alias_filters([specs[f] for f in names[0]], [specs[f] for f in names[1]])
+        out[name] = built[names]
     return out
 
 
