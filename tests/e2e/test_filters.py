@@ -310,3 +310,20 @@ async def test_a_completion_is_masked_streamed_and_whole(stack: Stack) -> None:
     assert "".join(pieces).strip() == MASKED_TEXT
     assert finish == "stop"
     await client.close()
+
+
+async def test_a_reload_brings_new_filters() -> None:
+    async with running_sim() as sim:
+        plain = gateway_config(provider_toml("sim-a", sim.base_url))
+        filtered = gateway_config(
+            'output_filters = ["secrets"]\n' + provider_toml("sim-a", sim.base_url) + FILTERS
+        )
+        configs = iter([filtered])
+        async with running_gateway(plain, load=lambda: next(configs)) as gateway:
+            body = chat(script({"text": "the project-falcon plan"}))
+            async with httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+                before = await client.post(gateway.base_url + "/v1/chat/completions", json=body)
+                assert await gateway.reload()
+                after = await client.post(gateway.base_url + "/v1/chat/completions", json=body)
+    assert before.json()["choices"][0]["message"]["content"].strip() == "the project-falcon plan"
+    assert after.json()["choices"][0]["message"]["content"].strip() == "the *** plan"
