@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trio_gateway.core.filter_match import RegexRefused, pattern_problem, regex_reach
 from trio_gateway.core.keys import KeysFileError, load_keys
 from trio_gateway.core.model_families import TABLES
 from trio_gateway.redis.url import parse_redis_url
@@ -308,6 +309,41 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
         problems.append("usage.stream_maxlen: must be at least 1")
     if config.usage.ledger == "":
         problems.append('usage.ledger: a file path, or "none"')
+    problems.extend(filter_problems(config))
+    return problems
+
+
+def filter_problems(config: GatewayConfig) -> list[str]:
+    """``[filters.NAME]`` tables that cannot run, and aliases naming filters nobody defined."""
+    problems: list[str] = []
+    for name, spec in config.filters.items():
+        where = f"filters.{name}"
+        if not spec.patterns and not spec.regex:
+            problems.append(f"{where}: give patterns or regex (or both)")
+        for i, pattern in enumerate(spec.patterns):
+            if (err := pattern_problem(pattern)) is not None:
+                problems.append(f"{where}.patterns[{i}]: {err}")
+        for i, source in enumerate(spec.regex):
+            try:
+                regex_reach(source, case_sensitive=spec.case_sensitive)
+            except RegexRefused as exc:
+                problems.append(f"{where}.regex[{i}]: {source!r}: {exc}")
+        if not spec.applies_to:
+            problems.append(f"{where}.applies_to: name at least one field")
+        elif len(set(spec.applies_to)) != len(spec.applies_to):
+            problems.append(f"{where}.applies_to: a field is listed twice")
+    defined = ", ".join(sorted(config.filters)) or "none"
+    for alias_name, alias in config.aliases.items():
+        for key in ("output_filters", "input_filters"):
+            names: tuple[str, ...] = getattr(alias, key)
+            for i, name in enumerate(names):
+                where = f"aliases.{alias_name}.{key}[{i}]"
+                if name not in config.filters:
+                    problems.append(
+                        f"{where}: unknown filter {name!r} (defined with [filters.NAME]: {defined})"
+                    )
+                elif name in names[:i]:
+                    problems.append(f"{where}: filter {name!r} is listed twice")
     return problems
 
 

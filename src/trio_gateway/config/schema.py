@@ -38,6 +38,9 @@ OnLeaseError = Literal["share", "refuse"]
 UsageSinkKind = Literal["sqlite", "redis_stream", "none"]
 # What `reasoning: false` does on a model that cannot stop reasoning (docs/configuration.md).
 ReasoningOff = Literal["refuse", "lowest"]
+FilterAction = Literal["mask", "block"]
+FilterField = Literal["content", "reasoning", "tool_arguments"]
+FILTER_FIELDS: tuple[FilterField, ...] = ("content", "reasoning", "tool_arguments")
 
 
 @attrs.frozen
@@ -175,6 +178,23 @@ class AliasConfig:
     on_saturated: OnSaturated = "spill"
     max_queue_wait_s: float = 10.0
     max_queued: int = 100
+    # Names of [filters.NAME] tables: the answer's text through these (core/filters.py); a
+    # request whose messages match one of input_filters is refused (400 content_filtered).
+    output_filters: tuple[str, ...] = ()
+    input_filters: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class FilterConfig:
+    """``[filters.NAME]``: literals and bounded regexes, masked or blocking (docs/configuration.md,
+    "Filters")."""
+
+    patterns: tuple[str, ...] = ()
+    regex: tuple[str, ...] = ()
+    action: FilterAction = "mask"
+    mask: str = "***"
+    case_sensitive: bool = False
+    applies_to: tuple[FilterField, ...] = FILTER_FIELDS
 
 
 @attrs.frozen(kw_only=True)
@@ -244,6 +264,7 @@ class GatewayConfig:
     usage: UsageConfig = UsageConfig()
     redis: RedisConfig | None = None
     limits: LimitsConfig = LimitsConfig()
+    filters: dict[str, FilterConfig] = attrs.field(factory=dict)
     # Not read from TOML (a file that holds them is refused): filled in by load, from the
     # environment; and what the file holds that is accepted but does nothing, said by `check`
     # and at start.

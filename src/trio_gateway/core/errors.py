@@ -24,6 +24,7 @@ occur, never further in.
     │   ├── Forbidden                   403 alias_not_allowed
     │   ├── BudgetExceeded              402 budget_exceeded (the key's budget cannot cover it)
     │   ├── RateLimited                 429 rate_limited (the key's rpm/tpm; Retry-After)
+    │   ├── ContentFiltered             400 content_filtered (an input or a block output filter)
     │   └── MessageRefused              a WebSocket message refused; the socket stays open
     │       ├── InvalidMessage          invalid_message
     │       ├── UnknownMessageType      unknown_type
@@ -223,6 +224,19 @@ class RateLimited(KeyLimitError):
     status = 429
     openai_type = "rate_limit_error"
     retryable = True
+
+
+class ContentFiltered(RequestError):
+    """A request whose messages match one of its alias's ``input_filters``, or an answer that
+    met a ``block`` output filter (core/filters.py): before anything of the answer was said, the
+    answer is this error; after, the stream ends with it in band. ``filter`` names the filter.
+    A request error: another provider would be asked the same, so none is."""
+
+    code = "content_filtered"
+
+    def __init__(self, message: str, *, filter_name: str, provider: str | None = None) -> None:
+        super().__init__(message, provider=provider)
+        self.filter_name = filter_name
 
 
 class MessageRefused(RequestError):

@@ -20,9 +20,10 @@ import trio
 from trio_gateway.accounting.admission import Admission, Limits, Reserve, local_limits
 from trio_gateway.capacity.gate import LocalGate, SharedGate
 from trio_gateway.capacity.health import ProviderHealth, log_transition
-from trio_gateway.config.schema import AliasConfig
+from trio_gateway.config.schema import AliasConfig, FilterConfig
 from trio_gateway.core.errors import (
     AllProvidersFailed,
+    ContentFiltered,
     DescriptorsExhausted,
     GatewayError,
     Overloaded,
@@ -34,6 +35,8 @@ from trio_gateway.core.errors import (
     UpstreamRateLimited,
 )
 from trio_gateway.core.events import Event
+from trio_gateway.core.filter_match import FilterSpec
+from trio_gateway.core.filters import NO_FILTERS, AliasFilters, alias_filters, input_match
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.usage import NULL_SINK, UsageMeter, UsageSink
@@ -79,6 +82,8 @@ class Plan:
     # The providers' health when planned: a reload that replaces a provider leaves this
     # request's attempts feeding the health of the one it runs on.
     health: Mapping[str, Health]
+    # The alias's filters when planned (dispatch/relay.py runs the answer through them).
+    filters: AliasFilters = NO_FILTERS
 
 
 class Router:
@@ -91,8 +96,10 @@ class Router:
         *,
         rng: random.Random | None = None,
         health: Mapping[str, ProviderHealth] | None = None,
+        filters: Mapping[str, FilterConfig] | None = None,
     ) -> None:
         self.aliases = aliases
+        self.filters = _compile_filters(aliases, filters or {})
         self.upstreams = upstreams
         self.health = _health_of(upstreams, health or {})
         self.metrics = Metrics(self.gauges)
@@ -114,12 +121,14 @@ class Router:
         aliases: dict[str, AliasConfig],
         upstreams: Mapping[str, Provider],
         health: Mapping[str, ProviderHealth],
+        filters: Mapping[str, FilterConfig] | None = None,
     ) -> None:
-        """A reload's new aliases and providers, all at once (no checkpoint in here): a request
-        planned before keeps the providers its plan holds; the alias queues' counts (by name,
-        a removed alias's until its last waiter leaves) and the service times of what stays
-        carry over."""
+        """A reload's new aliases, providers and filters, all at once (no checkpoint in here):
+        a request planned before keeps the providers and filters its plan holds; the alias
+        queues' counts (by name, a removed alias's until its last waiter leaves) and the
+        service times of what stays carry over."""
         self.aliases = aliases
+        self.filters = _compile_filters(aliases, filters or {})
         self.upstreams = upstreams
         self.health = _health_of(upstreams, health)
         self.recent = self.recent.keeping(upstreams)
@@ -157,8 +166,17 @@ class Router:
         }
 
     def plan(self, request: ChatRequest) -> Plan:
-        """Raises (unknown alias, missing capability) before anything is sent upstream."""
+        """Raises (unknown alias, missing capability, a request its input filters refuse)
+        before anything is sent upstream."""
         alias = resolve_alias(self.aliases, request.alias)
+        filters = self.filters.get(request.alias, NO_FILTERS)
+        if filters.input is not None:
+            rule = input_match(filters.input, request.body)
+            if rule is not None:
+                self.metrics.filter_matches.labels(request.alias, rule.name, "refuse").inc()
+                raise ContentFiltered(
+                    f"the request matches the input filter {rule.name!r}", filter_name=rule.name
+                )
         eligible = eligible_providers(request.alias, alias, request.required, request.kind)
         now = trio.current_time()
         health = self.health
@@ -171,6 +189,7 @@ class Router:
             upstreams=tuple([upstreams[p.name] for p in ordered]),
             router=self,
             health=health,
+            filters=filters,
         )
 
     async def admit(self, key: ApiKey | None, request: ChatRequest, plan: Plan) -> Admission | None:
@@ -378,6 +397,26 @@ class Router:
         if len(failures) == 1:
             return failures[0]
         return AllProvidersFailed(failures)
+
+
+def _compile_filters(
+    aliases: Mapping[str, AliasConfig], filters: Mapping[str, FilterConfig]
+) -> dict[str, AliasFilters]:
+    """Each alias's filters, compiled (an Aho-Corasick automaton per field: built once here,
+    not per request). The config's checks have made sure every name is defined."""
+    # attrs.asdict keeps tuples as tuples.
+    specs = {name: FilterSpec(name=name, **attrs.asdict(f)) for name, f in filters.items()}
+    # Aliases that name the same filters share one compiled set.
+    built: dict[tuple[tuple[str, ...], tuple[str, ...]], AliasFilters] = {}
+    out = {}
+    for name, alias in aliases.items():
+        names = (alias.output_filters, alias.input_filters)
+        if names == ((), ()):
+            continue
+        if names not in built:
+            built[names] = alias_filters([specs[f] for f in names[0]], [specs[f] for f in names[1]])
+        out[name] = built[names]
+    return out
 
 
 def _health_of(

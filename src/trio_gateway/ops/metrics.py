@@ -337,6 +337,13 @@ class Metrics:
             ["alias", "provider", "kind"],
             registry=registry,
         )
+        self.filter_matches = Counter(
+            "gateway_filter_matches",
+            "Filter matches by alias, filter and action: mask, block (an answer's), refuse (a"
+            " request's input)",
+            ["alias", "filter", "action"],
+            registry=registry,
+        )
         self.config_reloads = Counter(
             "gateway_config_reloads",
             "Config reloads (SIGHUP, trio-gateway reload), by result (applied, rejected)",
