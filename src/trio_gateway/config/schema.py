@@ -154,6 +154,9 @@ class ProviderConfig:
     price_input_per_mtok: float = 0.0
     price_cached_input_per_mtok: float = 0.0
     price_output_per_mtok: float = 0.0
+    # openai_compatible only: send each request's priority as vLLM's `priority` field (the
+    # server runs `--scheduling-policy priority`; without it vLLM refuses the field).
+    priority_scheduling: bool = False
 
     @property
     def endpoint(self) -> str:
@@ -175,6 +178,10 @@ class AliasConfig:
     on_saturated: OnSaturated = "spill"
     max_queue_wait_s: float = 10.0
     max_queued: int = 100
+    # The priority class of its requests when their key has none (core/priority.py).
+    priority: int = 0
+    # A request waiting at a gate gains one priority class per this many seconds waited.
+    priority_aging_s: float = 2.0
 
 
 @attrs.frozen(kw_only=True)
