@@ -205,7 +205,11 @@ class SharedGate:
         self._limiter = PriorityLimiter(max_inflight)
         # Granted borrowers → their lease; None: no lease (granted in fallback, or lost).
         self._granted: dict[object, str | None] = {}
-        self._polling = 0
+        # Borrowers holding a local slot while they wait for a lease → their (rank, arrival):
+        # only the first of them asks Redis, so that the cluster's next free lease goes to the
+        # best waiter of this process, not to whichever poll comes first.
+        self._pollers: dict[object, tuple[float, int]] = {}
+        self._arrivals = itertools.count()
         self._released = trio.Event()
 
     @property
@@ -225,7 +229,8 @@ class SharedGate:
 
     async def try_acquire(self, borrower: object) -> bool:
         await trio.lowlevel.checkpoint_if_cancelled()
-        if not _take_local(self._limiter, borrower):
+        # Someone of this process waits for a lease: a newcomer does not go before it.
+        if self._pollers or not _take_local(self._limiter, borrower):
             await trio.lowlevel.cancel_shielded_checkpoint()
             return False
         granted = False
@@ -237,22 +242,30 @@ class SharedGate:
         return granted
 
     async def acquire(self, borrower: object, rank: float | None = None) -> None:
+        """A local slot in rank order (priority.py), then a lease: asked of Redis by the first
+        waiter in rank order only, the others waiting for their turn."""
+        if rank is None:
+            rank = trio.current_time()
         await self._limiter.acquire_on_behalf_of(borrower, rank)
         granted = False
-        self._polling += 1
+        self._pollers[borrower] = (rank, next(self._arrivals))
         try:
             delay = POLL_START_S
             while True:
                 # Taken before the attempt: a release during the round trip wakes us too.
                 wake = self._released
-                if await self._attempt(borrower):
-                    granted = True
-                    return
-                with trio.move_on_after(delay):
-                    await wake.wait()
-                delay = min(delay * 2, POLL_MAX_S)
+                if self._first_poller() is borrower:
+                    if await self._attempt(borrower):
+                        granted = True
+                        return
+                    with trio.move_on_after(delay):
+                        await wake.wait()
+                    delay = min(delay * 2, POLL_MAX_S)
+                else:
+                    await wake.wait()  # a release here, or the first poller leaving
         finally:
-            self._polling -= 1
+            del self._pollers[borrower]
+            self._wake()  # the next poller's turn, at once
             if not granted:
                 # Cancelled while waiting (a lease granted mid-call was removed in _attempt).
                 _release_local(self._limiter, borrower)
@@ -289,9 +302,12 @@ class SharedGate:
         # A task holding a local slot while it polls Redis is waiting, not in flight.
         return GateStats(
             in_flight=len(self._granted),
-            waiting=stats.tasks_waiting + self._polling,
+            waiting=stats.tasks_waiting + len(self._pollers),
             max_inflight=self.max_inflight,
         )
+
+    def _first_poller(self) -> object:
+        return min(self._pollers, key=self._pollers.__getitem__)
 
     def _share(self) -> int:
         return max(1, self.max_inflight // self._broker.peers)
