@@ -4,6 +4,7 @@ OpenAI SDK."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,6 +14,7 @@ import httpx
 import openai
 import pytest
 import trio
+import trio_websocket
 
 from tests.e2e.harness import (
     Stack,
@@ -24,6 +26,7 @@ from tests.e2e.harness import (
     wait_until,
 )
 from trio_gateway.config.load import parse_config
+from trio_gateway.core.events_codec import TERMINAL_TYPES
 from trio_gateway.core.keys import hash_key, new_key
 
 TIMEOUT_S = 20
@@ -135,3 +138,27 @@ async def test_x_priority_through_the_sdk_may_only_lower_a_keys_priority(
     )
     assert isinstance(malformed.value.body, dict)
     assert malformed.value.body["param"] == "x-priority"
+
+
+async def test_the_websocket_front_reads_the_bodys_priority(tmp_path: Path) -> None:
+    async with classes(tmp_path) as (stack, keys):
+        url = stack.gateway.base_url.replace("http://", "ws://") + "/v1/ws"
+        headers = [(b"authorization", f"Bearer {keys['free']}".encode())]
+        with trio.fail_after(TIMEOUT_S):
+            async with trio_websocket.open_websocket_url(url, extra_headers=headers) as ws:
+
+                async def ask(id: str, priority: int) -> dict[str, Any]:
+                    body = chat("hello", max_tokens=2, priority=priority)
+                    await ws.send_message(json.dumps({"type": "request", "id": id, "body": body}))
+                    while True:
+                        event: dict[str, Any] = json.loads(await ws.get_message())
+                        if event.get("id") == id and event["type"] in TERMINAL_TYPES:
+                            return event
+
+                refused = await ask("too-high", 0)
+                served = await ask("lowered", 4)
+        sent = (await stack.sim_stats())["last_request_body"]
+    assert sent["priority"] == 4
+    assert (refused["type"], refused["code"]) == ("error", "invalid_request")
+    assert "priority 0 would put this request before its own priority 1" in refused["message"]
+    assert served["type"] != "error", served

@@ -154,8 +154,8 @@ class ProviderConfig:
     price_input_per_mtok: float = 0.0
     price_cached_input_per_mtok: float = 0.0
     price_output_per_mtok: float = 0.0
-    # openai_compatible only: send each request's priority as vLLM's `priority` field (the
-    # server runs `--scheduling-policy priority`; without it vLLM refuses the field).
+    # openai_compatible only: send each request's priority as vLLM's `priority` field, for a
+    # server run with `--scheduling-policy priority` (vLLM 0.32 ignores it under "fcfs").
     priority_scheduling: bool = False
 
     @property
