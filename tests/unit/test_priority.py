@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import pytest
 
+from trio_gateway.cli.keys import keys_main
 from trio_gateway.config.load import parse_config
 from trio_gateway.config.schema import AliasConfig, ConfigError, ProviderConfig
 from trio_gateway.core.errors import InvalidRequest
@@ -171,3 +173,23 @@ def test_vllm_gets_the_requests_priority_only_with_priority_scheduling() -> None
     assert build_embeddings_body(request, scheduled)["priority"] == 3
     plain = validate_chat_body(chat())
     assert build_body(plain, scheduled)["priority"] == 0
+
+
+def test_keys_new_writes_a_priority_and_keys_list_shows_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keys_file = tmp_path / "keys.toml"
+    assert keys_main(["new", "batch", "--keys-file", str(keys_file), "--priority", "5"]) == 0
+    assert keys_main(["new", "plain", "--keys-file", str(keys_file)]) == 0
+    made = capsys.readouterr().out
+    assert "(aliases: all; rpm: -; tpm: -; budget: -; priority: 5)" in made
+    ring = {k.name: k.priority for k in parse_keys(keys_file.read_text())}
+    assert ring == {"batch": 5, "plain": None}
+    assert keys_main(["list", "--keys-file", str(keys_file)]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed == [
+        "batch  (aliases: all; rpm: -; tpm: -; budget: -; priority: 5)",
+        "plain  (aliases: all; rpm: -; tpm: -; budget: -)",
+    ]
+    with pytest.raises(SystemExit):
+        keys_main(["new", "x", "--keys-file", str(keys_file), "--priority", "first"])
