@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trio_gateway.core.filter_match import RegexRefused, pattern_problem, regex_reach
 from trio_gateway.core.keys import KeysFileError, load_keys
 from trio_gateway.core.model_families import TABLES
+from trio_gateway.core.priority import PRIORITY_MAX, PRIORITY_MIN, PRIORITY_RANGE
 from trio_gateway.redis.url import parse_redis_url
 
 if TYPE_CHECKING:
@@ -73,6 +74,12 @@ def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
             else ("api_key_env or api_key_file")
         )
         problems.append(f"{where}: type {p.type!r} needs a credential ({key})")
+    if p.priority_scheduling and p.type != "openai_compatible":
+        # Only vLLM's API has a per-request priority; the cloud vendors have no such field.
+        problems.append(
+            f"{where}.priority_scheduling: only for type 'openai_compatible' (vLLM's "
+            f"`priority` field); type {p.type!r} has no per-request priority"
+        )
     for key in ("project", "location"):
         value = getattr(p, key)
         if p.type == "vertex" and not value:
@@ -224,6 +231,10 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
             problems.append(f"aliases.{alias_name}.max_queue_wait_s: must be 0 or more")
         if alias.max_queued < 0:
             problems.append(f"aliases.{alias_name}.max_queued: must be 0 or more")
+        if not PRIORITY_MIN <= alias.priority <= PRIORITY_MAX:
+            problems.append(f"aliases.{alias_name}.priority: {PRIORITY_RANGE}")
+        if not alias.priority_aging_s > 0:
+            problems.append(f"aliases.{alias_name}.priority_aging_s: must be greater than 0")
         names_here: set[str] = set()
         for i, p in enumerate(alias.providers):
             where = f"aliases.{alias_name}.providers[{i}]"

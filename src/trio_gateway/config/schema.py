@@ -157,6 +157,9 @@ class ProviderConfig:
     price_input_per_mtok: float = 0.0
     price_cached_input_per_mtok: float = 0.0
     price_output_per_mtok: float = 0.0
+    # openai_compatible only: send each request's priority as vLLM's `priority` field, for a
+    # server run with `--scheduling-policy priority` (vLLM 0.32 ignores it under "fcfs").
+    priority_scheduling: bool = False
 
     @property
     def endpoint(self) -> str:
@@ -182,6 +185,10 @@ class AliasConfig:
     # request whose messages match one of input_filters is refused (400 content_filtered).
     output_filters: tuple[str, ...] = ()
     input_filters: tuple[str, ...] = ()
+    # The priority class of its requests when their key has none (core/priority.py).
+    priority: int = 0
+    # A request waiting at a gate gains one priority class per this many seconds waited.
+    priority_aging_s: float = 2.0
 
 
 @attrs.frozen(kw_only=True)

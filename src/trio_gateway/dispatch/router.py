@@ -6,6 +6,10 @@ shared by every alias that names the provider, and through Redis by every gatewa
 to the next provider; an alias with ``on_saturated = "queue"`` waits in its own bounded queue
 instead. A new attempt after a failure is
 allowed only while the client has seen nothing.
+
+Waiters at a gate are served by their rank (``queue_rank``): lower priority numbers first, in
+arrival order within a priority, a waiting request gaining one class per the alias's
+``priority_aging_s`` (capacity/priority.py has the bound this gives).
 """
 
 from __future__ import annotations
@@ -232,7 +236,7 @@ class Router:
         return [Member(provider, health, provider.name)]
 
     async def _admit_queued(
-        self, plan: Plan, request: ChatRequest, borrower: object
+        self, plan: Plan, request: ChatRequest, borrower: object, rank: float
     ) -> tuple[Provider, Member]:
         """``on_saturated = "queue"``: a free slot at any weight > 0 provider in the plan (that
         shares load, it is not a spill), else wait in the alias's bounded queue for the first
@@ -253,7 +257,7 @@ class Router:
             )
         self._queued[plan.alias] = waiting + 1
         try:
-            won = await _first_slot(everyone, borrower, config.max_queue_wait_s)
+            won = await _first_slot(everyone, borrower, config.max_queue_wait_s, rank)
         finally:
             left = self._queued.pop(plan.alias) - 1
             if left:
@@ -277,10 +281,11 @@ class Router:
         each attempt's usage so far (for billing a cut stream).
         """
         borrower = object()
+        rank = queue_rank(trio.current_time(), request.priority, plan.config.priority_aging_s)
         failures: list[GatewayError] = []
         pre_admitted: tuple[Provider, Member] | None = None
         if plan.config.on_saturated == "queue":
-            pre_admitted = await self._admit_queued(plan, request, borrower)
+            pre_admitted = await self._admit_queued(plan, request, borrower, rank)
         order = list(plan.upstreams)
         if pre_admitted is not None:
             order.remove(pre_admitted[0])
@@ -303,7 +308,7 @@ class Router:
                 members.remove(member)
             while True:
                 if member is None:
-                    member = await _acquire(provider, members, borrower)
+                    member = await _acquire(provider, members, borrower, rank)
                     if member is None:
                         failures.append(
                             Overloaded(
@@ -479,7 +484,14 @@ async def _give_back(gate: LocalGate | SharedGate, borrower: object) -> None:
         await gate.release(borrower)
 
 
-async def _acquire(provider: Provider, members: list[Member], borrower: object) -> Member | None:
+def queue_rank(arrived: float, priority: int, aging_s: float) -> float:
+    """Where a request waits at a gate: as if it had arrived ``priority x aging_s`` later."""
+    return arrived + priority * aging_s
+
+
+async def _acquire(
+    provider: Provider, members: list[Member], borrower: object, rank: float
+) -> Member | None:
     """A slot on the first of ``members`` that has one free, else on whichever frees one first
     within the provider's ``queue_timeout_s``; None when none did."""
     # acquire() would refuse a free slot under a zero timeout: a free one is taken first.
@@ -487,13 +499,13 @@ async def _acquire(provider: Provider, members: list[Member], borrower: object) 
         if await _try_take(member.upstream.gate, borrower):
             return member
     won = await _first_slot(
-        [(provider, m) for m in members], borrower, provider.config.queue_timeout_s
+        [(provider, m) for m in members], borrower, provider.config.queue_timeout_s, rank
     )
     return None if won is None else won[1]
 
 
 async def _first_slot(
-    candidates: list[tuple[Provider, Member]], borrower: object, timeout_s: float
+    candidates: list[tuple[Provider, Member]], borrower: object, timeout_s: float, rank: float
 ) -> tuple[Provider, Member] | None:
     """The first of the candidates whose gate grants ``borrower`` a slot within ``timeout_s``;
     the others give theirs back. A slot granted is never lost to the deadline: the winner is
@@ -506,7 +518,7 @@ async def _first_slot(
 
             async def race(candidate: tuple[Provider, Member]) -> None:
                 gate = candidate[1].upstream.gate
-                await gate.acquire(borrower)
+                await gate.acquire(borrower, rank)
                 if winner:  # lost a photo finish: give the slot back
                     await gate.release(borrower)
                     return

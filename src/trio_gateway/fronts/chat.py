@@ -23,7 +23,7 @@ from trio_gateway.core.sse import DONE
 from trio_gateway.core.validation import within_depth
 from trio_gateway.dispatch.relay import CLIENT_GONE, DropConnection, Item, Outcome, Watch, relay
 from trio_gateway.dispatch.router import Router
-from trio_gateway.fronts.auth import authorize, with_session
+from trio_gateway.fronts.auth import authorize, prioritize, with_session
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import (
     ErrorShape,
@@ -134,7 +134,9 @@ def read_request(
     context = current_request()
     if context is not None:
         context.alias = known_alias(router, body)
-    return authorize(validate(body, raw), key)
+    request = authorize(validate(body, raw), key)
+    header = context.priority_header if context is not None else None
+    return prioritize(request, key, router.aliases, header)
 
 
 class Accumulator(Protocol):

@@ -54,10 +54,20 @@ JSON_CALL_HEADERS: Mapping[str, str] = MappingProxyType(
 _ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
-def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
-    """The body sent upstream. The upstream is always asked to stream, with usage."""
+def _client_fields(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
+    """What of the client's body goes upstream as it is; with ``priority_scheduling``, the
+    request's priority as vLLM's ``priority`` (a client's own is a gateway field, never sent:
+    core/priority.py)."""
     strip = provider.strip_fields
     body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
+    if provider.priority_scheduling:
+        body["priority"] = request.priority
+    return body
+
+
+def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
+    """The body sent upstream. The upstream is always asked to stream, with usage."""
+    body = _client_fields(request, provider)
     if "messages" in body:
         body["messages"] = without_reasoning_details(body["messages"])
     body["model"] = provider.model
@@ -218,8 +228,7 @@ def parse_completion(provider: str, body: bytes) -> list[Event]:
 
 def build_completions_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
     """A ``/v1/completions`` body: streamed with usage, as a chat body is."""
-    strip = provider.strip_fields
-    body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
+    body = _client_fields(request, provider)
     body["model"] = provider.model
     body["stream"] = True
     body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
@@ -228,8 +237,7 @@ def build_completions_body(request: ChatRequest, provider: ProviderConfig) -> di
 
 def build_embeddings_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
     """A ``/v1/embeddings`` body: the client's, for the provider's model (nothing streams)."""
-    strip = provider.strip_fields
-    body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
+    body = _client_fields(request, provider)
     body["model"] = provider.model
     return body
 
