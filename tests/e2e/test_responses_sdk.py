@@ -215,3 +215,30 @@ async def test_an_upstream_cut_mid_stream_is_a_failed_response(stack: Stack) -> 
     assert failed.response.error.code == "server_error"
     assert [e.sequence_number for e in events] == list(range(len(events)))
     await client.close()
+
+
+async def test_a_block_filter_ends_the_stream_as_a_filtered_answer() -> None:
+    from tests.e2e.harness import gateway_config, provider_toml, running_gateway, running_sim
+
+    async with running_sim() as sim:
+        providers = provider_toml("sim-a", sim.base_url).replace(
+            "[[aliases.agent-lite.providers]]",
+            'output_filters = ["secrets"]\n[[aliases.agent-lite.providers]]',
+            1,
+        )
+        server = '[filters.secrets]\npatterns = ["falcon"]\naction = "block"\n'
+        config = gateway_config(providers, server=server)
+        async with running_gateway(config) as gateway:
+            client = AsyncOpenAI(base_url=gateway.base_url + "/v1", api_key="x", max_retries=0)
+            stream = await client.responses.create(
+                model="agent-lite",
+                input=script({"text": "the code name is falcon indeed"}),
+                reasoning={"effort": "none"},
+                stream=True,
+            )
+            events = [event async for event in stream]
+            await client.close()
+    last: Any = events[-1]
+    assert last.type == "response.incomplete"
+    assert last.response.incomplete_details.reason == "content_filter"
+    assert "falcon" not in json.dumps(last.response.model_dump())

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.fernet import Fernet
 
+from trio_gateway.core.filter_match import RegexRefused, pattern_problem, regex_reach
 from trio_gateway.core.keys import KeysFileError, load_keys
 from trio_gateway.core.model_families import TABLES
+from trio_gateway.core.priority import PRIORITY_MAX, PRIORITY_MIN, PRIORITY_RANGE
 from trio_gateway.redis.url import parse_redis_url
 
 if TYPE_CHECKING:
@@ -74,6 +76,12 @@ def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
             else ("api_key_env or api_key_file")
         )
         problems.append(f"{where}: type {p.type!r} needs a credential ({key})")
+    if p.priority_scheduling and p.type != "openai_compatible":
+        # Only vLLM's API has a per-request priority; the cloud vendors have no such field.
+        problems.append(
+            f"{where}.priority_scheduling: only for type 'openai_compatible' (vLLM's "
+            f"`priority` field); type {p.type!r} has no per-request priority"
+        )
     for key in ("project", "location"):
         value = getattr(p, key)
         if p.type == "vertex" and not value:
@@ -226,6 +234,10 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
             problems.append(f"aliases.{alias_name}.max_queue_wait_s: must be 0 or more")
         if alias.max_queued < 0:
             problems.append(f"aliases.{alias_name}.max_queued: must be 0 or more")
+        if not PRIORITY_MIN <= alias.priority <= PRIORITY_MAX:
+            problems.append(f"aliases.{alias_name}.priority: {PRIORITY_RANGE}")
+        if not alias.priority_aging_s > 0:
+            problems.append(f"aliases.{alias_name}.priority_aging_s: must be greater than 0")
         names_here: set[str] = set()
         for i, p in enumerate(alias.providers):
             where = f"aliases.{alias_name}.providers[{i}]"
@@ -311,6 +323,41 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
         problems.append("usage.stream_maxlen: must be at least 1")
     if config.usage.ledger == "":
         problems.append('usage.ledger: a file path, or "none"')
+    problems.extend(filter_problems(config))
+    return problems
+
+
+def filter_problems(config: GatewayConfig) -> list[str]:
+    """``[filters.NAME]`` tables that cannot run, and aliases naming filters nobody defined."""
+    problems: list[str] = []
+    for name, spec in config.filters.items():
+        where = f"filters.{name}"
+        if not spec.patterns and not spec.regex:
+            problems.append(f"{where}: give patterns or regex (or both)")
+        for i, pattern in enumerate(spec.patterns):
+            if (err := pattern_problem(pattern)) is not None:
+                problems.append(f"{where}.patterns[{i}]: {err}")
+        for i, source in enumerate(spec.regex):
+            try:
+                regex_reach(source, case_sensitive=spec.case_sensitive)
+            except RegexRefused as exc:
+                problems.append(f"{where}.regex[{i}]: {source!r}: {exc}")
+        if not spec.applies_to:
+            problems.append(f"{where}.applies_to: name at least one field")
+        elif len(set(spec.applies_to)) != len(spec.applies_to):
+            problems.append(f"{where}.applies_to: a field is listed twice")
+    defined = ", ".join(sorted(config.filters)) or "none"
+    for alias_name, alias in config.aliases.items():
+        for key in ("output_filters", "input_filters"):
+            names: tuple[str, ...] = getattr(alias, key)
+            for i, name in enumerate(names):
+                where = f"aliases.{alias_name}.{key}[{i}]"
+                if name not in config.filters:
+                    problems.append(
+                        f"{where}: unknown filter {name!r} (defined with [filters.NAME]: {defined})"
+                    )
+                elif name in names[:i]:
+                    problems.append(f"{where}: filter {name!r} is listed twice")
     return problems
 
 

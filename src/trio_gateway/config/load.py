@@ -21,11 +21,14 @@ from trio_gateway.config.checks import (
     unused_key_warnings,
 )
 from trio_gateway.config.schema import (
+    FILTER_FIELDS,
     PROVIDER_PATH_KEYS,
     PROVIDER_TYPES,
     ROUTINGS,
     BuiltinTools,
     ConfigError,
+    FilterAction,
+    FilterField,
     GatewayConfig,
     OnLeaseError,
     OnRedisError,
@@ -130,6 +133,17 @@ def _make_converter() -> cattrs.Converter:
         return frozenset(_capability(v, Capability) for v in value)
 
     converter.register_structure_hook_func(lambda t: t == tuple[str, ...], tuple_of_str)
+    converter.register_structure_hook_func(
+        lambda t: t == FilterAction, _literal_hook(("mask", "block"), "action")
+    )
+    field_hook = _literal_hook(FILTER_FIELDS, "field")
+
+    def filter_fields(value: object, _: type) -> tuple[FilterField, ...]:
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list of fields, got {value!r}")
+        return tuple(field_hook(v, str) for v in value)
+
+    converter.register_structure_hook_func(lambda t: t == tuple[FilterField, ...], filter_fields)
     converter.register_structure_hook_func(lambda t: t == frozenset[Capability], capability_set)
 
     def simulator(value: object, _: type) -> SimulatorConfig:

@@ -25,6 +25,7 @@ occur, never further in.
     │   ├── Forbidden                   403 alias_not_allowed
     │   ├── BudgetExceeded              402 budget_exceeded (the key's budget cannot cover it)
     │   ├── RateLimited                 429 rate_limited (the key's rpm/tpm; Retry-After)
+    │   ├── ContentFiltered             400 content_filtered (an input or a block output filter)
     │   └── MessageRefused              a WebSocket message refused; the socket stays open
     │       ├── InvalidMessage          invalid_message
     │       ├── UnknownMessageType      unknown_type
@@ -43,6 +44,7 @@ occur, never further in.
     │   └── UpstreamProtocolError       502 upstream_protocol_error
     ├── AllProvidersFailed              503 upstream_unavailable
     ├── Overloaded                      503 overloaded
+    │   └── DescriptorsExhausted        503 overloaded (out of file descriptors; Retry-After)
     ├── ShuttingDown                    503 shutting_down
     ├── LimitsUnavailable               503 limits_unavailable (Redis down, fail_closed)
     ├── StoreUnavailable                503 store_unavailable (stored responses unreadable)
@@ -235,6 +237,19 @@ class RateLimited(KeyLimitError):
     retryable = True
 
 
+class ContentFiltered(RequestError):
+    """A request whose messages match one of its alias's ``input_filters``, or an answer that
+    met a ``block`` output filter (core/filters.py): before anything of the answer was said, the
+    answer is this error; after, the stream ends with it in band. ``filter`` names the filter.
+    A request error: another provider would be asked the same, so none is."""
+
+    code = "content_filtered"
+
+    def __init__(self, message: str, *, filter_name: str, provider: str | None = None) -> None:
+        super().__init__(message, provider=provider)
+        self.filter_name = filter_name
+
+
 class MessageRefused(RequestError):
     """A WebSocket message the gateway will not act on; the socket stays open.
 
@@ -364,6 +379,14 @@ class Overloaded(GatewayError):
     code = "overloaded"
     status = 503
     retryable = True
+
+
+class DescriptorsExhausted(Overloaded):
+    """The gateway itself is out of file descriptors (core/descriptors.py): no provider is at
+    fault, so none is tried next or marked down."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = 1.0) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
 
 
 class ShuttingDown(GatewayError):

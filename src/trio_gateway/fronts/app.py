@@ -151,6 +151,7 @@ class GatewayApp:
             request_id=clean_request_id(named.get(b"x-request-id")) or new_request_id(),
             route=f"{scope['method']} {scope['path'][:MAX_LOGGED_PATH_CHARS]}",
             trace=trace_for(named.get(b"traceparent"), named.get(b"tracestate")),
+            priority_header=named.get(b"x-priority"),
         )
         with request_context(context):
             try:
@@ -413,7 +414,9 @@ def count_refused(router: Router, record: UsageRecord) -> None:
 
 
 # The request headers the app reads, found in one pass over the headers instead of one each.
-NAMED_HEADERS = frozenset({b"x-request-id", b"traceparent", b"tracestate", b"x-session-id"})
+NAMED_HEADERS = frozenset(
+    {b"x-request-id", b"traceparent", b"tracestate", b"x-session-id", b"x-priority"}
+)
 
 
 def _named_headers(scope: Scope) -> dict[bytes, str]:

@@ -13,13 +13,16 @@ in the response), so a ``bearer.`` subprotocol offered without ``trio-gateway`` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import parse_qs
 
 import attrs
 
 from trio_gateway.accounting.key_store import KeyStore
+from trio_gateway.config.schema import AliasConfig
 from trio_gateway.core.errors import InvalidRequest
 from trio_gateway.core.keys import ApiKey, bearer_token
+from trio_gateway.core.priority import effective_priority
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.fronts.http import Scope, header
 
@@ -74,6 +77,24 @@ def authorize(request: ChatRequest, key: ApiKey | None) -> ChatRequest:
         return request
     key.check_alias(request.alias)
     return attrs.evolve(request, key_name=key.name)
+
+
+def prioritize(
+    request: ChatRequest,
+    key: ApiKey | None,
+    aliases: Mapping[str, AliasConfig],
+    header: str | None = None,
+) -> ChatRequest:
+    """The request at its priority (core/priority.py): its key's, else its alias's, or the
+    lower one the client asked for with ``x-priority`` (``header``) or the body's ``priority``."""
+    if key is not None and key.priority is not None:
+        own, whose = key.priority, f"key {key.name!r}"
+    else:
+        alias = aliases.get(request.alias)
+        own = alias.priority if alias is not None else 0
+        whose = f"alias {request.alias!r}"
+    priority = effective_priority(own, whose, header, request.body.get("priority"))
+    return attrs.evolve(request, priority=priority) if priority else request
 
 
 def with_session(request: ChatRequest, session_id: str | None) -> ChatRequest:

@@ -10,7 +10,7 @@ import attrs
 import trio
 
 from trio_gateway.config.schema import ServerConfig
-from trio_gateway.core.errors import GatewayError, InternalError
+from trio_gateway.core.errors import ContentFiltered, GatewayError, InternalError
 from trio_gateway.core.events import Event
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.request import (
@@ -23,7 +23,7 @@ from trio_gateway.core.sse import DONE
 from trio_gateway.core.validation import within_depth
 from trio_gateway.dispatch.relay import CLIENT_GONE, DropConnection, Item, Outcome, Watch, relay
 from trio_gateway.dispatch.router import Router
-from trio_gateway.fronts.auth import authorize, with_session
+from trio_gateway.fronts.auth import authorize, prioritize, with_session
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import (
     ErrorShape,
@@ -134,7 +134,9 @@ def read_request(
     context = current_request()
     if context is not None:
         context.alias = known_alias(router, body)
-    return authorize(validate(body, raw), key)
+    request = authorize(validate(body, raw), key)
+    header = context.priority_header if context is not None else None
+    return prioritize(request, key, router.aliases, header)
 
 
 class Accumulator(Protocol):
@@ -209,20 +211,31 @@ async def handle_chat(
     request = with_session(read_chat_request(router, raw, key), session_id)
     del raw
 
+    encoders: list[ChunkEncoder] = []
+
     def stream(completion_id: str, created: int) -> Encoder:
-        return ChunkEncoder(
+        encoder = ChunkEncoder(
             completion_id=completion_id,
             created=created,
             model=request.alias,
             include_usage=request.include_usage,
         )
+        encoders.append(encoder)
+        return encoder
+
+    def stream_error(error: GatewayError) -> bytes:
+        if isinstance(error, ContentFiltered) and encoders:
+            # A block output filter: the choice ends as OpenAI ends a filtered one, and the
+            # error in band says which filter (the SDK raises it after the finish chunk).
+            return encoders[0].finish_chunk("content_filter") + openai_stream_error(error)
+        return openai_stream_error(error)
 
     def whole(completion_id: str, created: int) -> Accumulator:
         return ResponseAccumulator(
             completion_id=completion_id, created=created, model=request.alias
         )
 
-    answer = Answer(id_prefix="chatcmpl", whole=whole, stream=stream)
+    answer = Answer(id_prefix="chatcmpl", whole=whole, stream=stream, stream_error=stream_error)
     return await serve_request(
         router, server, request, answer, request_id, receive, send, drop_connection, key, client
     )

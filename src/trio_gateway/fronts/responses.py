@@ -33,7 +33,7 @@ from trio_gateway.core.request import read_chat_json, validate_chat_body
 from trio_gateway.core.validation import within_depth
 from trio_gateway.dispatch.relay import DropConnection, Outcome
 from trio_gateway.dispatch.router import Router
-from trio_gateway.fronts.auth import authorize, with_session
+from trio_gateway.fronts.auth import authorize, prioritize, with_session
 from trio_gateway.fronts.chat import Accumulator, Answer, Encoder, known_alias, serve_request
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Message, Receive, Send, read_body, send_json
@@ -149,6 +149,8 @@ async def handle_responses(
     )
     _count_dropped(router, parsed.dropped_fields, parsed.dropped_tools)
     request = authorize(validate_chat_body(parsed.chat, depth_known=depth_known), key)
+    header = context.priority_header if context is not None else None
+    request = prioritize(request, key, router.aliases, header)
     request = with_session(attrs.evolve(request, front=FRONT), session_id or parsed.session)
 
     writers: list[ResponseWriter] = []

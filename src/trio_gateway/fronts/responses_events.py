@@ -185,8 +185,12 @@ class ResponseWriter:
         return self.response()
 
     def fail(self, error: GatewayError) -> bytes:
-        """An error once the stream began: ``response.failed`` (the stream's last event)."""
+        """An error once the stream began: ``response.failed`` (the stream's last event); a
+        ``block`` output filter ends the answer as the API ends a filtered one: incomplete,
+        for ``content_filter``."""
         out = self._start()
+        if error.code == "content_filtered":
+            return out + self._done("content_filter")
         return out + self._failed(error_code(error.code), f"{error.message} ({error.code})")
 
     # --- items -----------------------------------------------------------------------------

@@ -245,6 +245,7 @@ async def _serve_gateway(
             {name: r.provider for name, r in running.items()},
             rng=rng,
             health={name: r.health for name, r in running.items() if r.health is not None},
+            filters=config.filters,
         )
         router.usage = usage
         # One Redis client for the gateway's life; it dials again by itself after any failure.
