@@ -325,6 +325,13 @@ class Metrics:
         )
         for result in ("applied", "rejected"):
             self.config_reloads.labels(result)
+        self.front_dropped_fields = Counter(
+            "gateway_front_dropped_fields",
+            "Request fields an agent front (messages, responses) dropped untranslated, by front "
+            "and field (a known field's name, else 'other')",
+            ["front", "field"],
+            registry=registry,
+        )
         registry.register(_LiveCollector(read_providers))
         registry.register(LogDropCollector(DROPPED.by_level))
         # The series every request touches, looked up without labels() (see Children).
@@ -337,6 +344,9 @@ class Metrics:
 
     def http_request(self, route: str, status: str) -> None:
         self._http_requests.labels(route, status).inc()
+
+    def front_dropped(self, front: str, field: str) -> None:
+        self.front_dropped_fields.labels(front, field).inc()
 
     def request(self, alias: str, provider: str, outcome: str, code: str) -> None:
         self._requests.labels(alias, provider, outcome, code).inc()
