@@ -542,3 +542,13 @@ def test_error_shapes(error: GatewayError, status: int, kind: str) -> None:
         anthropic_stream_error(error)
         == (f"event: error\ndata: {json.dumps(got, separators=(',', ':'))}\n\n").encode()
     )
+
+
+def test_a_stop_sequence_named_by_the_vendor_is_the_stop_reason() -> None:
+    events: list[Event] = [ResponseStarted("p"), TextDelta("x"), ResponseDone("stop", "END")]
+    message = whole(events)
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "END")
+    assert stream_of(events)[-2]["delta"] == {
+        "stop_reason": "stop_sequence",
+        "stop_sequence": "END",
+    }

@@ -260,3 +260,22 @@ def test_an_output_limit_above_the_providers_max_output_tokens_is_lowered_to_it(
     assert build_body(request(max_tokens=32000), PROVIDER)["max_tokens"] == 32000
     dialect = OpenAICompatibleDialect()
     assert dialect.max_output_tokens(request(max_tokens=32000), capped) == 4096
+
+
+def test_vllms_stop_reason_names_the_stop_sequence() -> None:
+    def answer(stop_reason: object, finish: str = "stop") -> Event:
+        chunks = [
+            {"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": None}]},
+            {
+                "choices": [
+                    {"index": 0, "delta": {}, "finish_reason": finish, "stop_reason": stop_reason}
+                ]
+            },
+        ]
+        raw = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+        return parse_stream(raw + b"data: [DONE]\n\n")[-1]
+
+    assert answer("END") == ResponseDone(finish_reason="stop", stop_sequence="END")
+    assert answer(None) == ResponseDone(finish_reason="stop")
+    assert answer(151645) == ResponseDone(finish_reason="stop")  # a stop token's id
+    assert answer("END", "length") == ResponseDone(finish_reason="length")

@@ -46,7 +46,8 @@ from trio_gateway.core.reasoning_details import ANTHROPIC, detail_object
 Json = dict[str, Any]
 
 SIGNATURE_PREFIX: Final = "tgw1."
-# finish_reason → stop_reason. "stop" is end_turn unless the vendor named the stop sequence.
+# finish_reason → stop_reason. "stop" is end_turn, or stop_sequence when the vendor named the
+# client's stop sequence that ended it (ResponseDone.stop_sequence).
 STOP_REASONS: Final = {
     "stop": "end_turn",
     "length": "max_tokens",
@@ -274,7 +275,10 @@ class MessageBuilder:
             usage = usage_fields(self._usage)
             if self._usage is None:
                 usage["input_tokens"] = self._input_tokens
-            delta = {"stop_reason": stop_reason(event.finish_reason), "stop_sequence": None}
+            reason = stop_reason(event.finish_reason)
+            if event.stop_sequence is not None and reason == "end_turn":
+                reason = "stop_sequence"
+            delta = {"stop_reason": reason, "stop_sequence": event.stop_sequence}
             out.append({"type": "message_delta", "delta": delta, "usage": usage})
             out.append({"type": "message_stop"})
             return out

@@ -174,6 +174,9 @@ class ChunkParser(OpenAIStream):
         finish_reason = self._text(choice.get("finish_reason"), "finish_reason")
         if finish_reason:
             self._finish_reason = finish_reason
+            stop_reason = choice.get("stop_reason")
+            if isinstance(stop_reason, str) and stop_reason:
+                self._stop_sequence = stop_reason
             events.extend(self._tool_calls.finish())
 
     def _tool_call(self, fragment: object) -> ToolCallDelta:
