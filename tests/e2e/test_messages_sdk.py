@@ -249,3 +249,30 @@ async def test_keys_as_x_api_key_or_bearer_and_the_usage_record(tmp_path: Path) 
         ok.usage.input_tokens + (ok.usage.cache_read_input_tokens or 0),
         ok.usage.output_tokens,
     )
+
+
+async def test_upstream_errors_before_and_after_the_stream_began(stack: Stack) -> None:
+    client = async_client(stack)
+    limited = user(script({"status": 429, "retry_after": 2}))
+    with pytest.raises(anthropic.RateLimitError) as refused:
+        await client.messages.create(model="agent-lite", max_tokens=50, messages=limited)
+    assert refused.value.response.headers["retry-after"] == "2"
+    assert refused.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    # Once the stream began: an error event, which the SDK raises, and nothing after it.
+    cut = user(script({"text": "partial"}, {"status": 529, "in_stream": True}))
+    seen = ""
+    with pytest.raises(anthropic.APIStatusError) as in_band:
+        async with client.messages.stream(model="agent-lite", max_tokens=50, messages=cut) as s:
+            async for text in s.text_stream:
+                seen += text
+    assert seen == "partial"
+    assert in_band.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+    async with httpx.AsyncClient(timeout=10) as raw:
+        response = await raw.post(
+            stack.gateway.base_url + "/v1/messages",
+            json={"model": "agent-lite", "max_tokens": 50, "stream": True, "messages": cut},
+        )
+    assert response.status_code == 200
+    assert response.text.endswith('"message":"sim-a failed mid-stream: simulated HTTP 529"}}\n\n')
+    assert "message_stop" not in response.text
+    await client.close()

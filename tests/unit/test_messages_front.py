@@ -552,3 +552,24 @@ def test_a_stop_sequence_named_by_the_vendor_is_the_stop_reason() -> None:
         "stop_reason": "stop_sequence",
         "stop_sequence": "END",
     }
+
+
+def test_the_request_names_its_front_session_and_counts_what_it_dropped() -> None:
+    from types import SimpleNamespace
+
+    from trio_gateway.fronts.messages import messages_request
+    from trio_gateway.ops.metrics import Metrics
+
+    metrics = Metrics(lambda: [])
+    router: Any = SimpleNamespace(aliases={"m": None}, metrics=metrics)
+    user_id = json.dumps({"device_id": "d", "session_id": "s-42"})
+    raw = json.dumps(body(metadata={"user_id": user_id}, context_management={}, x_new=1))
+    request = messages_request(router, raw.encode(), None)
+    assert (request.front, request.session_id, request.alias) == ("messages", "s-42", "m")
+    counted = {
+        field: metrics.registry.get_sample_value(
+            "gateway_front_dropped_fields_total", {"front": "messages", "field": field}
+        )
+        for field in ("context_management", "other")
+    }
+    assert counted == {"context_management": 1.0, "other": 1.0}
