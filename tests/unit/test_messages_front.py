@@ -53,6 +53,7 @@ from trio_gateway.fronts.messages_events import (
     anthropic_stream_error,
     decode_signature,
     encode_signature,
+    sse,
 )
 from trio_gateway.fronts.messages_request import session_of, translate
 
@@ -512,6 +513,17 @@ def test_any_answer_streams_as_the_sdk_folds_the_whole(middle: list[Event], fini
             block["input"] = block["input"] or {}
     assert folded == message.model_dump(exclude_none=True)
     assert all(not (b["type"] == "text" and not b["text"].strip()) for b in folded["content"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_event, max_size=16))
+def test_the_encoders_short_way_for_tokens_writes_what_the_long_way_does(
+    middle: list[Event],
+) -> None:
+    events: list[Event] = [ResponseStarted("p"), *middle, ResponseDone("stop")]
+    encoder, slow = MessageEncoder(builder()), builder()
+    fast = b"".join(encoder.encode(e) for e in events)
+    assert fast == b"".join(sse(item) for e in events for item in slow.feed(e))
 
 
 # --- errors ------------------------------------------------------------------------------------

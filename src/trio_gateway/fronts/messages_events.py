@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from trio_gateway.core.errors import GatewayError
@@ -192,6 +193,15 @@ class MessageBuilder:
         }
         return [{"type": "message_start", "message": message}, {"type": "ping"}]
 
+    @property
+    def open_block(self) -> str | None:
+        """The type of the block a delta goes to now, if one is open."""
+        return self._open
+
+    @property
+    def open_index(self) -> int:
+        return self._index
+
     def _close(self) -> list[Json]:
         if self._open is None:
             return []
@@ -297,18 +307,38 @@ def _thinking_start() -> Json:
 
 
 class MessageEncoder:
-    """Events → SSE bytes for one streamed answer (``chat.Encoder``)."""
+    """Events → SSE bytes for one streamed answer (``chat.Encoder``). A token of an open text
+    or thinking block, almost every event of an answer, is written around one escaped string
+    (the escaping ``json.dumps`` does), without building its event as a dict."""
 
     def __init__(self, builder: MessageBuilder) -> None:
         self._builder = builder
+        self._heads: dict[tuple[str, int], bytes] = {}
+
+    def _head(self, kind: str, index: int) -> bytes:
+        head = self._heads.get((kind, index))
+        if head is None:
+            delta = '{"type":"content_block_delta","index":%d,"delta":{"type":"%s_delta","%s":'
+            head = b"event: content_block_delta\ndata: " + (delta % (index, kind, kind)).encode()
+            self._heads = {(kind, index): head}  # one open block at a time
+        return head
 
     def encode(self, event: Event) -> bytes:
-        events = self._builder.feed(event)
+        builder = self._builder
+        if type(event) is TextDelta or type(event) is ReasoningDelta:
+            kind = "text" if type(event) is TextDelta else "thinking"
+            if event.text and builder.open_block == kind and not builder.ended:
+                head = self._head(kind, builder.open_index)
+                return head + encode_basestring(event.text).encode() + _TAIL
+        events = builder.feed(event)
         if not events:
             return b""
         if len(events) == 1:
             return sse(events[0])
         return b"".join(sse(e) for e in events)
+
+
+_TAIL: Final = b"}}\n\n"
 
 
 class MessageAccumulator:
