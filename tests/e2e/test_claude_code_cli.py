@@ -123,6 +123,11 @@ async def test_claude_p_completes_a_turn(claude: list[str], roomy: Stack, tmp_pa
     assert result["usage"]["output_tokens"] > 0
     (sent,) = await bodies(roomy)
     assert sent["max_tokens"] == 32000 and sent["stream"] is True
+    # Served the first time: Claude Code sends a request again without what was refused.
+    refused = roomy.gateway.router.metrics.registry.get_sample_value(
+        "gateway_http_requests_total", {"route": "/v1/messages", "status": "400"}
+    )
+    assert refused is None
     assert len(sent["tools"]) >= 10  # Claude Code's own tools, as function tools
 
 
@@ -140,7 +145,7 @@ async def test_claude_p_runs_a_tool_the_model_called(
     assert result["permission_denials"] == [] and result["terminal_reason"] == "max_turns"
     assert code == 1
     first, second = await bodies(roomy)
-    assert first["messages"][-1]["role"] == "user"
+    assert [m["role"] for m in first["messages"]] == ["system", "user", "system"]
     called = second["messages"][-2]
     assert called["tool_calls"][0]["function"]["name"] == "Bash"
     result_message = second["messages"][-1]

@@ -95,7 +95,9 @@ def main_turn(prompt: str) -> dict[str, Any]:
                     {"type": "text", "text": "<system-reminder>Be careful.</system-reminder>"},
                     {"type": "text", "text": prompt, "cache_control": {"type": "ephemeral"}},
                 ],
-            }
+            },
+            # 2.1.328 sends its environment as a system message after the user's.
+            {"role": "system", "content": [{"type": "text", "text": "# Environment\nlinux"}]},
         ],
         "system": [
             {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.328;"},
@@ -234,7 +236,8 @@ async def test_claude_codes_turn_is_served_as_is(vendor: str) -> None:
         assert sent["max_tokens"] == 4096
         assert sent["chat_template_kwargs"] == {"enable_thinking": True}
         assert len(sent["tools"]) == 12
-        assert sent["messages"][0]["role"] == "system"
+        roles = [m["role"] for m in sent["messages"]]
+        assert roles == ["system", "user", "system"]
     elif vendor == "anthropic":
         assert sent["thinking"]["type"] == "enabled"
         assert sent["max_tokens"] <= 4096  # the model's output cap, not a refusal

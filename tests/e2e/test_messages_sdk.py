@@ -151,7 +151,7 @@ async def test_errors_have_anthropics_shape_and_status(stack: Stack) -> None:
             ({"model": "agent-lite", "messages": user("x")}, 400, "max_tokens: Field required"),
             ({"model": "agent-lite", "max_tokens": 5}, 400, "messages: Field required"),
             (
-                {"model": "agent-lite", "max_tokens": 5, "messages": [{"role": "system"}]},
+                {"model": "agent-lite", "max_tokens": 5, "messages": [{"role": "tool"}]},
                 400,
                 "messages.0.role",
             ),

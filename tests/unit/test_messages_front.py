@@ -290,7 +290,8 @@ def test_unknown_fields_are_dropped_with_bounded_labels() -> None:
         ({"max_tokens": "8"}, "max_tokens: Input should be a valid integer"),
         ({"max_tokens": 0}, "max_tokens: Input should be greater than or equal to 1"),
         ({"messages": []}, "messages: at least one message is required"),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
+        ({"messages": [{"role": "system", "content": "x"}]}, "at least one message is required"),
         ({"messages": [{"role": "user"}]}, "messages.0.content: Field required"),
         (
             {"messages": [{"role": "user", "content": [{"type": "video"}]}]},
@@ -585,3 +586,23 @@ def test_the_request_names_its_front_session_and_counts_what_it_dropped() -> Non
         for field in ("context_management", "other")
     }
     assert counted == {"context_management": 1.0, "other": 1.0}
+
+
+def test_an_answer_without_its_start_event_still_opens_with_message_start() -> None:
+    stream = stream_of([TextDelta("x"), ResponseDone("stop")])
+    assert [e["type"] for e in stream][:3] == ["message_start", "ping", "content_block_start"]
+    assert whole([TextDelta("x"), ResponseDone("stop")])["content"] == [
+        {"type": "text", "text": "x"}
+    ]
+
+
+def test_a_system_message_in_the_list_stays_in_its_place() -> None:
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": [{"type": "text", "text": "# Environment"}]},
+    ]
+    assert chat(system="top", messages=messages)["messages"] == [
+        {"role": "system", "content": "top"},
+        {"role": "user", "content": "hi"},
+        {"role": "system", "content": "# Environment"},
+    ]

@@ -266,6 +266,9 @@ class MessageBuilder:
     def feed(self, event: Event) -> list[Json]:
         if self.ended:
             return []
+        if not self.started and not isinstance(event, ResponseStarted):
+            # Every provider starts with ResponseStarted; were one not to, the grammar holds.
+            return self.start() + self.feed(event)
         if type(event) is TextDelta:
             return self._text(event.text)
         if type(event) is ReasoningDelta:

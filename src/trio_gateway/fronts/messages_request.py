@@ -47,7 +47,9 @@ from trio_gateway.fronts.messages_events import decode_signature
 Json = dict[str, Any]
 
 FRONT: Final = "messages"
-ROLES: Final = ("user", "assistant")
+# "system" in the list: Claude Code (2.1.3xx) sends its environment as a system message after
+# the user's first one, and sends the request again without it when that is refused.
+ROLES: Final = ("user", "assistant", "system")
 # Top-level fields dropped by name (the counter's label): Anthropic's own, which no provider
 # behind the chat shape can honour. Any other unknown field is counted as "other".
 KNOWN_DROPPED: Final = frozenset(
@@ -313,14 +315,14 @@ def _assistant(path: str, content: object, out: list[Json]) -> None:
     out.append(message)
 
 
-def _system(value: object) -> Json:
+def _system(value: object, path: str = "system") -> Json:
     if isinstance(value, str):
         return {"role": "system", "content": value}
     texts = []
-    for i, item in enumerate(_list("system", value)):
-        block = _obj(f"system.{i}", item)
-        _kind(f"system.{i}", block, ("text",))
-        texts.append(_text(f"system.{i}", block))
+    for i, item in enumerate(_list(path, value)):
+        block = _obj(f"{path}.{i}", item)
+        _kind(f"{path}.{i}", block, ("text",))
+        texts.append(_text(f"{path}.{i}", block))
     return {"role": "system", "content": "\n\n".join(texts)}
 
 
@@ -333,9 +335,13 @@ def _messages(body: Json) -> list[Json]:
         message = _obj(path, item)
         role = _required(message, "role", path)
         if role not in ROLES:
-            raise _fail(f"{path}.role", "Input should be 'user' or 'assistant'")
+            raise _fail(f"{path}.role", "Input should be 'user', 'assistant' or 'system'")
         content = _required(message, "content", path)
-        (_user if role == "user" else _assistant)(path, content, out)
+        if role == "system":
+            # In its place: every provider's translation takes a system message anywhere.
+            out.append(_system(content, f"{path}.content"))
+        else:
+            (_user if role == "user" else _assistant)(path, content, out)
     if not any(m["role"] != "system" for m in out):
         raise _fail("messages", "at least one message is required")
     return out
