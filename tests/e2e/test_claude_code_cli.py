@@ -105,6 +105,12 @@ async def bodies(stack: Stack) -> list[dict[str, Any]]:
     return list((await stack.sim_stats())["last_request_bodies"])
 
 
+def refusals(stack: Stack) -> float | None:
+    return stack.gateway.router.metrics.registry.get_sample_value(
+        "gateway_http_requests_total", {"route": "/v1/messages", "status": "400"}
+    )
+
+
 @pytest.fixture
 async def roomy() -> Any:
     """Claude Code's system prompt and tools are some 13,000 tokens: a vLLM with room for them,
@@ -124,10 +130,7 @@ async def test_claude_p_completes_a_turn(claude: list[str], roomy: Stack, tmp_pa
     (sent,) = await bodies(roomy)
     assert sent["max_tokens"] == 32000 and sent["stream"] is True
     # Served the first time: Claude Code sends a request again without what was refused.
-    refused = roomy.gateway.router.metrics.registry.get_sample_value(
-        "gateway_http_requests_total", {"route": "/v1/messages", "status": "400"}
-    )
-    assert refused is None
+    assert refusals(roomy) is None
     assert len(sent["tools"]) >= 10  # Claude Code's own tools, as function tools
 
 
@@ -148,6 +151,7 @@ async def test_claude_p_runs_a_tool_the_model_called(
     assert [m["role"] for m in first["messages"]] == ["system", "user", "system"]
     called = second["messages"][-2]
     assert called["tool_calls"][0]["function"]["name"] == "Bash"
+    assert refusals(roomy) is None
     result_message = second["messages"][-1]
     assert result_message["role"] == "tool"
     assert result_message["tool_call_id"] == called["tool_calls"][0]["id"]
