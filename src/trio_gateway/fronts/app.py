@@ -42,6 +42,8 @@ from trio_gateway.fronts.http import (
     send_json,
 )
 from trio_gateway.fronts.http import openai_error as openai_error_shape
+from trio_gateway.fronts.messages import handle_count_tokens, handle_messages
+from trio_gateway.fronts.messages_events import anthropic_error
 from trio_gateway.fronts.responses import handle_responses, handle_stored
 from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.http1.listen import Connections
@@ -62,6 +64,8 @@ ROUTES = {
     "/v1/completions": ("POST",),
     "/v1/embeddings": ("POST",),
     "/v1/events": ("POST",),
+    "/v1/messages": ("POST",),
+    "/v1/messages/count_tokens": ("POST",),
     "/v1/models": ("GET", "HEAD"),
     "/healthz": ("GET", "HEAD"),
     "/readyz": ("GET", "HEAD"),
@@ -80,6 +84,7 @@ MAX_LOGGED_PATH_CHARS = 200
 # Every route, for the 404's hint (a test checks it against ROUTES).
 ROUTE_LIST = (
     "POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings, POST /v1/events, "
+    "POST /v1/messages, POST /v1/messages/count_tokens, "
     "GET /v1/models, GET /v1/models/{id}, "
     "GET /v1/ws (WebSocket), GET /healthz, GET /readyz, GET /metrics, GET / (status page), "
     "GET /status, GET /status.json, "
@@ -95,6 +100,8 @@ KEYED_PATHS = frozenset(
         "/v1/models",
         "/v1/responses",
         "/v1/responses/{id}",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
     }
 )
 # Routes whose every request gets a usage record (relay.record once it is under way), and the
@@ -105,10 +112,11 @@ METERED_ROUTES = {
     "/v1/completions": RequestKind.COMPLETIONS.value,
     "/v1/embeddings": RequestKind.EMBEDDINGS.value,
     "/v1/responses": "responses",
+    "/v1/messages": "messages",
 }
 # How each front words its errors, those of the app included (a 401, a 404 of a path under it):
 # by the longest listed prefix of the path, OpenAI's shape where none is listed.
-ERROR_SHAPES: dict[str, ErrorShape] = {}
+ERROR_SHAPES: dict[str, ErrorShape] = {"/v1/messages": anthropic_error}
 # The handlers of the routes that relay an answer.
 RELAYED = {
     "/v1/chat/completions": handle_chat,
@@ -116,6 +124,8 @@ RELAYED = {
     "/v1/completions": handle_completions,
     "/v1/embeddings": handle_embeddings,
     "/v1/responses": handle_responses,
+    "/v1/messages": handle_messages,
+    "/v1/messages/count_tokens": handle_count_tokens,
 }
 
 

@@ -374,6 +374,9 @@ class Metrics:
     def http_request(self, route: str, status: str) -> None:
         self._http_requests.labels(route, status).inc()
 
+    def front_dropped(self, front: str, field: str) -> None:
+        self.front_dropped_fields.labels(front, field).inc()
+
     def request(self, alias: str, provider: str, outcome: str, code: str) -> None:
         self._requests.labels(alias, provider, outcome, code).inc()
 

@@ -32,7 +32,7 @@ from trio_gateway.providers.errors import classify_inband, classify_status
 from trio_gateway.providers.openai_compatible.endpoints import MAX_EMBEDDINGS_BYTES, KindReader
 from trio_gateway.providers.openai_compatible.stream_state import OpenAIStream
 from trio_gateway.providers.openai_compatible.usage import parse_usage
-from trio_gateway.providers.output_caps import held_output_tokens
+from trio_gateway.providers.output_caps import held_output_tokens, known_output_cap
 from trio_gateway.providers.translate import without_reasoning_details
 
 # Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
@@ -72,6 +72,7 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
         body["messages"] = without_reasoning_details(body["messages"])
     body["model"] = provider.model
     body["stream"] = True
+    _clamp_output(body, provider)
     # Without include_usage vLLM reports no token counts at all on a stream; with
     # continuous_usage_stats every chunk carries the cumulative counts, so a stream cut short is
     # billed exactly up to its last chunk. The front decides whether the client sees usage.
@@ -82,6 +83,19 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
         merged["enable_thinking"] = request.reasoning
         body["chat_template_kwargs"] = merged
     return body
+
+
+def _clamp_output(body: dict[str, Any], provider: ProviderConfig) -> None:
+    """The client's output limit, lowered to the provider's ``max_output_tokens`` when the
+    operator set it: vLLM refuses a ``max_tokens`` above its ``max_model_len``, and agents ask
+    for more than a small context holds (Claude Code: 32000 on every turn)."""
+    cap = known_output_cap(provider)
+    if cap is None:
+        return
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if type(value) is int and value > cap:
+            body[key] = cap
 
 
 class ChunkParser(OpenAIStream):
@@ -170,6 +184,9 @@ class ChunkParser(OpenAIStream):
         finish_reason = self._text(choice.get("finish_reason"), "finish_reason")
         if finish_reason:
             self._finish_reason = finish_reason
+            stop_reason = choice.get("stop_reason")
+            if isinstance(stop_reason, str) and stop_reason:
+                self._stop_sequence = stop_reason
             events.extend(self._tool_calls.finish())
 
     def _tool_call(self, fragment: object) -> ToolCallDelta:
@@ -291,7 +308,9 @@ class OpenAICompatibleDialect:
             return per_choice * completion_choices(request.body)
         # The client's limit goes as is (OpenAI: as max_completion_tokens); without one, the
         # model's cap (vLLM: the context left, unknown here: see held_output_tokens).
-        return held_output_tokens(request.body, provider)
+        held = held_output_tokens(request.body, provider)
+        cap = known_output_cap(provider)
+        return held if cap is None else min(held, cap)
 
     def new_parser(self, provider: str) -> ChunkParser:
         return ChunkParser(provider)

@@ -19,6 +19,8 @@ class OpenAIStream:
         self._provider = provider
         self._started = False
         self._finish_reason: str | None = None
+        # vLLM's choice.stop_reason: the stop string that ended the answer (an int: a token id).
+        self._stop_sequence: str | None = None
         self._done = False
         # The latest cumulative usage object (vLLM's continuous_usage_stats: on every chunk),
         # kept as decoded and parsed only if the stream is cut; and the fragments streamed since.
@@ -59,7 +61,8 @@ class OpenAIStream:
                 f"{self._provider} ended the stream without a finish_reason",
                 provider=self._provider,
             )
-        return [ResponseDone(finish_reason=self._finish_reason)]
+        stop = self._stop_sequence if self._finish_reason == "stop" else None
+        return [ResponseDone(finish_reason=self._finish_reason, stop_sequence=stop)]
 
     def close(self) -> list[Event]:
         """The byte stream ended. Without ``[DONE]`` the answer may be cut short."""
