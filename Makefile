@@ -5,8 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install run test lint typecheck unit bench bench-all bench-overhead bench-stream-timing \
-	bench-cancellation bench-scale bench-slow-clients bench-fleet bench-chunk-path mutation \
-	mutation-core mutation-providers mutation-money mutation-lock clean
+	bench-cancellation bench-scale bench-slow-clients bench-fleet bench-priority bench-chunk-path \
+	mutation mutation-core mutation-providers mutation-money mutation-lock clean
 
 # Serving needs the package alone; the tests add their tools (SDKs, pytest, ruff, mypy).
 RUN_STAMP := $(VENV)/.run-stamp
@@ -103,6 +103,9 @@ bench-slow-clients: $(BENCH_STAMP)
 
 bench-fleet: $(BENCH_STAMP)
 	$(BIN)/python -m bench.fleet $(BENCH_ARGS)
+
+bench-priority: $(BENCH_STAMP)
+	$(BIN)/python -m bench.priority $(BENCH_ARGS)
 
 bench-chunk-path: $(STAMP)
 	$(BIN)/python -m bench.chunk_path $(BENCH_ARGS)

@@ -7,7 +7,8 @@ gateway (``--max-inflight 32``, equal to the simulator's batch; ``python -m
 bench.cancellation`` alone also runs ``max_inflight = 28``), and the scale scenario cuts each
 mode at 60 s, not 120 (its direct and gateway modes take about 40 s; the naive proxy completes
 none either way). The fleet routing
-study (F, issue 13: about 6 minutes of its own) is ``--only fleet`` or ``make bench-fleet``.
+study (F, issue 13: about 6 minutes of its own) is ``--only fleet`` or ``make bench-fleet``; the
+priority classes (G, issue 30: about 3 minutes) ``--only priority`` or ``make bench-priority``.
 
     .venv/bin/python -m bench.suite [--only overhead,scale] [--smoke] [--no-plots]
 """
@@ -29,6 +30,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "scale": ("--deadline-s", "60"),  # D
     "slow_clients": (),  # E
     "fleet": (),  # F, not in the default run
+    "priority": (),  # G, not in the default run
 }
 DEFAULT = ("overhead", "stream_timing", "cancellation", "scale", "slow_clients")
 

@@ -21,6 +21,7 @@ from bench import (
     cancellation,
     fleet,
     overhead,
+    priority,
     scale,
     slow_clients,
     stream_memory,
@@ -178,3 +179,15 @@ def test_stream_memory_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     head = out[0].split()
     assert head[:3] == ["5", "streams", "open;"] and float(head[4]) > 1.0  # KiB per stream
     assert len(out) == 4 and all("B/stream" in line for line in out[1:])
+
+
+def test_priority_smoke(tmp_path: Path) -> None:
+    result = run(priority.main, tmp_path, "priority")
+    rows = {(row["config"], row["class"]): row for row in result["rows"]}
+    assert ("idle", "high") in rows
+    for config in ("off", "gateway", "gateway+vllm"):
+        for cls in ("high", "low"):
+            row = rows[(config, cls)]
+            assert row["requests"] > 0 and row["failures"] == {}, (config, cls)
+            assert row["completed"] == row["requests"], (config, cls)
+            assert 0 < row["ttft_p50_s"] <= row["ttft_p99_s"], (config, cls)

@@ -4,11 +4,12 @@ blocks, Gemini's thought signatures), and a client that appends the message as i
 the normal agent loop with the official openai SDK, gets them back to the vendor untouched.
 
 The simulators keep the vendors' rules: Anthropic's refuses thinking mid loop without the
-turn's signed thinking and a changed signature; Gemini's (a thinking model) refuses a function
-call replayed without its signature."""
+turn's signed thinking and a changed signature; Gemini's refuses a changed or foreign thought
+signature and (a thinking model) a function call replayed without its signature."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import AsyncIterator
@@ -23,6 +24,7 @@ import trio
 
 from tests.e2e.harness import FAST_SIM, running_gateway, script
 from tests.e2e.test_cloud_providers import ENV, KEYS, WEATHER, Fleet, fleet, only, provider
+from trio_gateway.capacity.health import State
 from trio_gateway.config.load import parse_config
 from trio_gateway.sim import SimHandle, serve_sim
 
@@ -204,3 +206,42 @@ async def test_the_event_stream_carries_them_for_the_loop_too(vendor: str) -> No
             previous = message
             result = {"role": "tool", "tool_call_id": calls[0]["call_id"], "content": "18C"}
             body["messages"] += [message, result]
+
+
+def _altered(signature: str) -> str:
+    """The signature with one byte changed, still valid base64: what a client's bug makes."""
+    raw = bytearray(base64.b64decode(signature))
+    raw[-1] ^= 1
+    return base64.b64encode(bytes(raw)).decode()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_an_altered_gemini_signature_is_the_clients_400(stream: bool) -> None:
+    """Gemini refuses a thought signature it did not issue ("Corrupted thought signature.").
+    The gateway passes it through as the client's error, a 400 ``invalid_request`` naming the
+    provider, and the provider stays healthy: it answered, correctly. The message as received
+    still goes on."""
+    async with vendor_fleet("gemini") as f:
+        client = openai.AsyncOpenAI(base_url=f.v1, api_key="unused", max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": QUESTION}]
+        first = await ask(client, messages, stream=stream)
+        message = first if isinstance(first, dict) else first.model_dump(exclude_none=True)
+        result = {"role": "tool", "tool_call_id": first_call_id(first), "content": "18C"}
+        (detail,) = message["reasoning_details"]
+        bad = message | {"reasoning_details": [detail | {"data": _altered(detail["data"])}]}
+        with pytest.raises(openai.BadRequestError) as refused:
+            await ask(client, [*messages, bad, result], stream=stream)
+        error = refused.value.body
+        assert isinstance(error, dict)
+        assert error["code"] == "invalid_request" and error["provider"] == "gemini"
+        assert error["message"] == "Corrupted thought signature."
+        assert refused.value.status_code == 400
+        assert (await f.last_body("gemini"))["contents"][-2]["parts"][0]["thoughtSignature"] == (
+            _altered(detail["data"])
+        )
+        health = f.gateway.router.health["gemini"].snapshot(trio.current_time())
+        assert health.state is State.HEALTHY and health.consecutive_failures == 0
+        assert health.last_error is None
+        # The same loop with the message untouched goes on.
+        await ask(client, [*messages, first, result], stream=stream)
+        assert f.sims["gemini"].engine.stats().requests == 3

@@ -39,6 +39,8 @@ def test_every_config_field_has_a_flag() -> None:
         "--access-log",
         "--runner", "pooling",
         "--embedding-dimensions", "16",
+        "--scheduling-policy", "priority",
+        "--num-gpu-blocks-override", "64",
     ]  # fmt: skip
     config, host, port = parse_args(argv)
     assert (host, port) == ("0.0.0.0", 9000)
@@ -67,6 +69,8 @@ def test_every_config_field_has_a_flag() -> None:
         access_log=True,
         runner="pooling",
         embedding_dimensions=16,
+        scheduling_policy="priority",
+        num_gpu_blocks_override=64,
     )
     flags = {a for a in argv if a.startswith("--")} - {"--listen"}
     assert len(flags) == len(attrs.fields(SimConfig))

@@ -44,7 +44,7 @@ def body(**fields: Any) -> dict[str, Any]:
 
 def parse(value: Any) -> Any:
     assert ROUTE is not None
-    return parse_generate_request(json.dumps(value).encode(), CONFIG, ROUTE)
+    return parse_generate_request(json.dumps(value).encode(), CONFIG, ROUTE, signing_key=b"k")
 
 
 # ---- pure: request checks ------------------------------------------------------------------

@@ -121,6 +121,25 @@ def test_the_script_comes_from_the_last_user_message_only() -> None:
     assert found is not None and found.steps == ()
 
 
+def test_a_closing_tool_result_with_a_script_steers_the_next_answer() -> None:
+    question: dict[str, Any] = {"role": "user", "content": '<sim>{"steps": [{"text": "q"}]}</sim>'}
+    call: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": []}
+    done = '<sim>{"steps": [{"text": "done"}]}</sim>'
+    scripted: dict[str, Any] = {"role": "tool", "content": "out: " + done}
+    plain: dict[str, Any] = {"role": "tool", "content": "18C"}
+
+    def text_of(messages: list[dict[str, Any]]) -> object:
+        found = extract_script(messages)
+        assert found is not None
+        step: Any = found.steps[0]
+        return step.text
+
+    assert text_of([question, call, scripted]) == "done"
+    assert text_of([question, call, scripted, plain]) == "done"
+    # An earlier turn's scripted result does not steer a later turn: the question does.
+    assert text_of([question, call, scripted, call, plain]) == "q"
+
+
 # ---- planning ----
 
 

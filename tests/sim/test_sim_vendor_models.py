@@ -151,7 +151,7 @@ def gemini_answer(model: str, thinking: dict[str, Any]) -> Any:
         "generationConfig": {"thinkingConfig": thinking},
     }
     config = SimConfig(dialect="gemini", served_model_name=model)
-    return parse_generate_request(json.dumps(body).encode(), config, route)
+    return parse_generate_request(json.dumps(body).encode(), config, route, signing_key=b"k")
 
 
 @pytest.mark.parametrize(

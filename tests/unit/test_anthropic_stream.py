@@ -507,3 +507,20 @@ def test_tool_arguments_are_bounded() -> None:
     fragments = b"".join(delta(0, type="input_json_delta", partial_json=big) for _ in range(260))
     with pytest.raises(UpstreamProtocolError, match="exceed"):
         parse_chunks([start() + tool(0, "t", "f") + fragments])
+
+
+def test_the_stop_sequence_that_ended_the_answer_is_kept() -> None:
+    """Anthropic names it; the Messages front tells its clients (stop_reason stop_sequence)."""
+    ended = sse(
+        "message_delta",
+        delta={"stop_reason": "stop_sequence", "stop_sequence": "END"},
+        usage={"output_tokens": 5},
+    ) + sse("message_stop")
+    body = (
+        start()
+        + block_start(0, {"type": "text", "text": ""})
+        + delta(0, type="text_delta", text="a")
+    )
+    events = parse_chunks([body + stop(0) + ended])
+    assert events[-1] == ResponseDone(finish_reason="stop", stop_sequence="END")
+    assert parse_chunks([body + stop(0) + end()])[-1] == ResponseDone(finish_reason="stop")

@@ -26,7 +26,7 @@ from trio_gateway.core.keys import (
     parse_keys,
 )
 from trio_gateway.core.request import validate_chat_body
-from trio_gateway.fronts.auth import authorize, websocket_handshake
+from trio_gateway.fronts.auth import authorize, http_key, websocket_handshake
 
 ALICE = "tgw-alice-secret"
 BOB = "tgw-bob-secret"
@@ -411,3 +411,19 @@ def test_auth_config(tmp_path: Path) -> None:
 )
 def test_loopback(listen: str, loopback: bool) -> None:
     assert is_loopback(listen) is loopback
+
+
+def test_http_key_reads_a_bearer_token_or_anthropics_x_api_key(tmp_path: Path) -> None:
+    path = tmp_path / "keys.toml"
+    path.write_text(entry("alice", ALICE) + entry("bob", BOB))
+    keys = store(path, FakeClock())
+
+    def scope(*headers: tuple[bytes, bytes]) -> dict[str, object]:
+        return {"headers": list(headers)}
+
+    assert http_key(scope((b"x-api-key", ALICE.encode())), keys).name == "alice"  # type: ignore[union-attr]
+    both = scope((b"authorization", f"Bearer {BOB}".encode()), (b"x-api-key", ALICE.encode()))
+    assert http_key(both, keys).name == "bob"  # type: ignore[union-attr]
+    with pytest.raises(Unauthorized):
+        http_key(scope((b"x-api-key", b"  ")), keys)
+    assert http_key(scope(), None) is None

@@ -105,7 +105,7 @@ def test_two_different_definitions_say_how_to_define_it_once() -> None:
     )
 
 
-@pytest.mark.parametrize("key", ["source", "warnings", "listen_origin", "api_keys"])
+@pytest.mark.parametrize("key", ["source", "warnings", "listen_origin", "api_keys", "seal_key"])
 def test_what_load_fills_in_is_not_the_file_s_to_say(key: str) -> None:
     assert key in {f.name for f in attrs.fields(GatewayConfig)}
     assert problems(f'{key} = "x"\n' + PROVIDER) == [f"(top level): unknown key '{key}'"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,7 +25,11 @@ from trio_gateway.core.events import (
 )
 from trio_gateway.core.request import parse_chat_request
 from trio_gateway.core.sse import SSEDecoder
-from trio_gateway.providers.openai_compatible.dialect import ChunkParser, build_body
+from trio_gateway.providers.openai_compatible.dialect import (
+    ChunkParser,
+    OpenAICompatibleDialect,
+    build_body,
+)
 
 from .fixtures import transcript
 
@@ -242,3 +247,35 @@ def test_any_chunk_gives_events_or_the_one_upstream_error(chunks: list[Any]) -> 
 def test_malformed_chunks_are_protocol_errors(chunk: dict[str, Any]) -> None:
     with pytest.raises(UpstreamProtocolError, match="malformed chunk"):
         ChunkParser("p").feed_data(json.dumps(chunk).encode())
+
+
+def test_an_output_limit_above_the_providers_max_output_tokens_is_lowered_to_it() -> None:
+    """vLLM refuses max_tokens over its max_model_len; an agent asks 32000 on every turn."""
+    capped = attrs.evolve(PROVIDER, max_output_tokens=4096)
+    assert build_body(request(max_tokens=32000), capped)["max_tokens"] == 4096
+    both = build_body(request(max_tokens=32000, max_completion_tokens=9000), capped)
+    assert (both["max_tokens"], both["max_completion_tokens"]) == (4096, 4096)
+    assert build_body(request(max_tokens=100), capped)["max_tokens"] == 100
+    # Without the setting the limit goes as the client gave it (vLLM's own context is unknown).
+    assert build_body(request(max_tokens=32000), PROVIDER)["max_tokens"] == 32000
+    dialect = OpenAICompatibleDialect()
+    assert dialect.max_output_tokens(request(max_tokens=32000), capped) == 4096
+
+
+def test_vllms_stop_reason_names_the_stop_sequence() -> None:
+    def answer(stop_reason: object, finish: str = "stop") -> Event:
+        chunks = [
+            {"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": None}]},
+            {
+                "choices": [
+                    {"index": 0, "delta": {}, "finish_reason": finish, "stop_reason": stop_reason}
+                ]
+            },
+        ]
+        raw = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+        return parse_stream(raw + b"data: [DONE]\n\n")[-1]
+
+    assert answer("END") == ResponseDone(finish_reason="stop", stop_sequence="END")
+    assert answer(None) == ResponseDone(finish_reason="stop")
+    assert answer(151645) == ResponseDone(finish_reason="stop")  # a stop token's id
+    assert answer("END", "length") == ResponseDone(finish_reason="length")

@@ -55,6 +55,7 @@ COLUMNS = (
     "duration_s",
     "started_at",
     "endpoint",
+    "filtered",
 )
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -73,7 +74,8 @@ CREATE TABLE IF NOT EXISTS usage (
     ttft_s REAL,
     duration_s REAL NOT NULL,
     started_at REAL NOT NULL,
-    endpoint TEXT NOT NULL DEFAULT 'chat'
+    endpoint TEXT NOT NULL DEFAULT 'chat',
+    filtered TEXT
 );
 CREATE INDEX IF NOT EXISTS usage_started_at ON usage (started_at);
 """
@@ -113,7 +115,7 @@ def connect(path: str) -> sqlite3.Connection:
 
 
 # Columns added since the first ledgers, with what the rows written before them hold.
-ADDED_COLUMNS = {"endpoint": "TEXT NOT NULL DEFAULT 'chat'"}
+ADDED_COLUMNS = {"endpoint": "TEXT NOT NULL DEFAULT 'chat'", "filtered": "TEXT"}
 
 
 def migrate(conn: sqlite3.Connection) -> None:
@@ -142,6 +144,7 @@ def row(record: UsageRecord) -> tuple[object, ...]:
         record.duration_s,
         record.started_at,
         record.endpoint,
+        record.filtered,
     )
 
 

@@ -1,7 +1,9 @@
 """A provider's admission gate: ``max_inflight`` slots, in this process or shared by every
-gateway process through Redis. ``LocalGate`` is a ``trio.CapacityLimiter``. ``SharedGate`` first
-takes a slot of its own ``CapacityLimiter``, so no process exceeds the limit on its own, then a
-*lease* in Redis, so that all together do not either (3 processes allowing 8 put 8 upstream).
+gateway process through Redis. ``LocalGate`` is a ``PriorityLimiter`` (priority.py: waiters
+served by rank, lowest first, FIFO within a rank). ``SharedGate`` first takes a slot of its own
+``PriorityLimiter``, so no process exceeds the limit on its own, then a *lease* in Redis, so
+that all together do not either (3 processes allowing 8 put 8 upstream). Ranks order the
+waiters of one process; across processes a lease goes to whichever asks first.
 
 Redis keys, under a prefix (``[redis] key_prefix``), all with the hash tag ``{lease}``: a script
 touches a gate's key and ``{lease}:procs`` together, and a Redis Cluster (or a managed Redis that
@@ -46,6 +48,7 @@ from typing import Literal
 import attrs
 import trio
 
+from trio_gateway.capacity.priority import PriorityLimiter
 from trio_gateway.redis.client import RedisClient, RedisError, Value
 
 log = logging.getLogger("trio_gateway")
@@ -137,7 +140,7 @@ class GateStats:
     max_inflight: int
 
 
-def _take_local(limiter: trio.CapacityLimiter, borrower: object) -> bool:
+def _take_local(limiter: PriorityLimiter, borrower: object) -> bool:
     try:
         limiter.acquire_on_behalf_of_nowait(borrower)
     except trio.WouldBlock:
@@ -145,7 +148,7 @@ def _take_local(limiter: trio.CapacityLimiter, borrower: object) -> bool:
     return True
 
 
-def _release_local(limiter: trio.CapacityLimiter, borrower: object) -> None:
+def _release_local(limiter: PriorityLimiter, borrower: object) -> None:
     # Not a holder: a second release, or one after a cancelled acquire. Releasing runs in
     # cleanup code, where raising would hide the error that brought us there.
     with contextlib.suppress(RuntimeError):
@@ -153,10 +156,10 @@ def _release_local(limiter: trio.CapacityLimiter, borrower: object) -> None:
 
 
 class LocalGate:
-    """Per process: a trio.CapacityLimiter."""
+    """Per process: a PriorityLimiter."""
 
     def __init__(self, max_inflight: int) -> None:
-        self._limiter = trio.CapacityLimiter(max_inflight)
+        self._limiter = PriorityLimiter(max_inflight)
 
     def try_acquire_nowait(self, borrower: object) -> bool:
         return _take_local(self._limiter, borrower)
@@ -168,8 +171,9 @@ class LocalGate:
         await trio.lowlevel.cancel_shielded_checkpoint()
         return granted
 
-    async def acquire(self, borrower: object) -> None:
-        await self._limiter.acquire_on_behalf_of(borrower)
+    async def acquire(self, borrower: object, rank: float | None = None) -> None:
+        """A slot, waiting behind every waiter of a lower ``rank`` (priority.py)."""
+        await self._limiter.acquire_on_behalf_of(borrower, rank)
 
     def release_nowait(self, borrower: object) -> None:
         """Release without a schedule point (tests free several gates in one instant)."""
@@ -185,7 +189,7 @@ class LocalGate:
 
     def statistics(self) -> GateStats:
         stats = self._limiter.statistics()
-        return GateStats(stats.borrowed_tokens, stats.tasks_waiting, int(stats.total_tokens))
+        return GateStats(stats.borrowed_tokens, stats.tasks_waiting, stats.total_tokens)
 
 
 class SharedGate:
@@ -198,15 +202,19 @@ class SharedGate:
         self.cluster_in_flight: int | None = None
         self._broker = broker
         self._redis_key = f"{broker.key_prefix}{{lease}}:{key}"
-        self._limiter = trio.CapacityLimiter(max_inflight)
+        self._limiter = PriorityLimiter(max_inflight)
         # Granted borrowers → their lease; None: no lease (granted in fallback, or lost).
         self._granted: dict[object, str | None] = {}
-        self._polling = 0
+        # Borrowers holding a local slot while they wait for a lease → their (rank, arrival):
+        # only the first of them asks Redis, so that the cluster's next free lease goes to the
+        # best waiter of this process, not to whichever poll comes first.
+        self._pollers: dict[object, tuple[float, int]] = {}
+        self._arrivals = itertools.count()
         self._released = trio.Event()
 
     @property
     def max_inflight(self) -> int:
-        return int(self._limiter.total_tokens)
+        return self._limiter.total_tokens
 
     def try_acquire_nowait(self, borrower: object) -> bool:
         """Without a round trip only a fallback slot can be granted (policy ``share`` while
@@ -221,7 +229,8 @@ class SharedGate:
 
     async def try_acquire(self, borrower: object) -> bool:
         await trio.lowlevel.checkpoint_if_cancelled()
-        if not _take_local(self._limiter, borrower):
+        # Someone of this process waits for a lease: a newcomer does not go before it.
+        if self._pollers or not _take_local(self._limiter, borrower):
             await trio.lowlevel.cancel_shielded_checkpoint()
             return False
         granted = False
@@ -232,23 +241,31 @@ class SharedGate:
                 _release_local(self._limiter, borrower)
         return granted
 
-    async def acquire(self, borrower: object) -> None:
-        await self._limiter.acquire_on_behalf_of(borrower)
+    async def acquire(self, borrower: object, rank: float | None = None) -> None:
+        """A local slot in rank order (priority.py), then a lease: asked of Redis by the first
+        waiter in rank order only, the others waiting for their turn."""
+        if rank is None:
+            rank = trio.current_time()
+        await self._limiter.acquire_on_behalf_of(borrower, rank)
         granted = False
-        self._polling += 1
+        self._pollers[borrower] = (rank, next(self._arrivals))
         try:
             delay = POLL_START_S
             while True:
                 # Taken before the attempt: a release during the round trip wakes us too.
                 wake = self._released
-                if await self._attempt(borrower):
-                    granted = True
-                    return
-                with trio.move_on_after(delay):
-                    await wake.wait()
-                delay = min(delay * 2, POLL_MAX_S)
+                if self._first_poller() is borrower:
+                    if await self._attempt(borrower):
+                        granted = True
+                        return
+                    with trio.move_on_after(delay):
+                        await wake.wait()
+                    delay = min(delay * 2, POLL_MAX_S)
+                else:
+                    await wake.wait()  # a release here, or the first poller leaving
         finally:
-            self._polling -= 1
+            del self._pollers[borrower]
+            self._wake()  # the next poller's turn, at once
             if not granted:
                 # Cancelled while waiting (a lease granted mid-call was removed in _attempt).
                 _release_local(self._limiter, borrower)
@@ -285,9 +302,12 @@ class SharedGate:
         # A task holding a local slot while it polls Redis is waiting, not in flight.
         return GateStats(
             in_flight=len(self._granted),
-            waiting=stats.tasks_waiting + self._polling,
+            waiting=stats.tasks_waiting + len(self._pollers),
             max_inflight=self.max_inflight,
         )
+
+    def _first_poller(self) -> object:
+        return min(self._pollers, key=self._pollers.__getitem__)
 
     def _share(self) -> int:
         return max(1, self.max_inflight // self._broker.peers)

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from trio_gateway.config.schema import ProviderConfig
-from trio_gateway.core.errors import GatewayError, RequestError
+from trio_gateway.core.errors import DescriptorsExhausted, GatewayError, RequestError
 
 log = logging.getLogger("trio_gateway.health")
 
@@ -135,7 +135,9 @@ async def probe_service(
 
     The first probe runs at once, so a gateway learns its providers' state at start-up.
 
-    Only a ``GatewayError`` (or the probe's deadline) is the provider's failure. Anything else
+    Only a ``GatewayError`` (or the probe's deadline) is the provider's failure, but for
+    ``DescriptorsExhausted``: the gateway out of descriptors, it leaves the state as it is.
+    Anything else
     is a bug in the gateway: it is logged with its traceback, and the provider's state is left
     as it was, since the provider did nothing wrong.
 
@@ -154,6 +156,8 @@ async def probe_service(
                 await probe()
         except trio.TooSlowError:
             failure = f"probe timed out after {config.probe_timeout_s:g} s"
+        except DescriptorsExhausted:
+            pass  # the gateway's own limit (core/descriptors.py) says nothing of the provider
         except RequestError as exc:
             health.success()
             health.last_error = f"probe request refused: {exc}"

@@ -31,6 +31,7 @@ from trio_gateway.core.keys import (
     parse_keys,
     read_keys_file,
 )
+from trio_gateway.core.priority import PRIORITY_MAX, PRIORITY_MIN, PRIORITY_RANGE
 
 EXIT_USAGE = 2
 FILE_MODE = 0o600
@@ -61,6 +62,16 @@ def _budget(text: str) -> float:
     return value
 
 
+def _priority(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise argparse.ArgumentTypeError(PRIORITY_RANGE)
+    return value
+
+
 def _aliases(text: str) -> tuple[str, ...]:
     aliases = tuple(a.strip() for a in text.split(",") if a.strip())
     if len(set(aliases)) != len(aliases):
@@ -83,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     new.add_argument("--rpm", type=_positive_int, help="requests per minute (stored)")
     new.add_argument("--tpm", type=_positive_int, help="tokens per minute (stored)")
     new.add_argument("--budget", type=_budget, help="spending budget (stored)")
+    new.add_argument(
+        "--priority",
+        type=_priority,
+        help="its requests' priority class, lower first (default: the alias's priority)",
+    )
     listing = commands.add_parser("list", help="the keys' names and limits, never the keys")
     _file_arguments(listing, "the keys file")
     return parser
@@ -176,6 +192,7 @@ def _entry_toml(
     rpm: int | None,
     tpm: int | None,
     budget: float | None,
+    priority: int | None = None,
 ) -> str:
     # JSON's string escapes are valid in TOML basic strings.
     lines = [f"[keys.{name}]", f'sha256 = "{digest_hex}"']
@@ -187,6 +204,8 @@ def _entry_toml(
         lines.append(f"tpm = {tpm}")
     if budget is not None:
         lines.append(f"budget = {budget!r}")
+    if priority is not None:
+        lines.append(f"priority = {priority}")
     return "\n".join(lines) + "\n"
 
 
@@ -206,13 +225,16 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def _describe(aliases: tuple[str, ...], rpm: object, tpm: object, budget: object) -> str:
+def _describe(
+    aliases: tuple[str, ...], rpm: object, tpm: object, budget: object, priority: object = None
+) -> str:
     def show(value: object) -> str:
         return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
     return (
         f"aliases: {', '.join(aliases) if aliases else 'all'}; "
         f"rpm: {show(rpm)}; tpm: {show(tpm)}; budget: {show(budget)}"
+        + ("" if priority is None else f"; priority: {priority}")
     )
 
 
@@ -234,7 +256,9 @@ def _new(args: argparse.Namespace) -> int:
         if any(key.name == args.name for key in ring):
             return _fail(str(path), [f"a key named {args.name!r} already exists"])
     key = new_key()
-    entry = _entry_toml(args.name, hash_key(key), args.aliases, args.rpm, args.tpm, args.budget)
+    entry = _entry_toml(
+        args.name, hash_key(key), args.aliases, args.rpm, args.tpm, args.budget, args.priority
+    )
     if not text.strip():
         text = NEW_FILE_HEADER
     new_text = text + ("" if text.endswith("\n") else "\n") + "\n" + entry
@@ -245,7 +269,7 @@ def _new(args: argparse.Namespace) -> int:
         write_atomically(path, new_text)
     except OSError as exc:
         return _fail(str(path), [f"cannot write: {exc.strerror or exc}"])
-    described = _describe(args.aliases, args.rpm, args.tpm, args.budget)
+    described = _describe(args.aliases, args.rpm, args.tpm, args.budget, args.priority)
     print(f"created key {args.name!r} in {path} ({described})")
     print("the key is shown this once; the file keeps only its SHA-256:")
     print(key)
@@ -265,7 +289,8 @@ def _list(args: argparse.Namespace) -> int:
         print(f"{path}: no keys")
         return 0
     for key in sorted(ring, key=lambda k: k.name):
-        print(f"{key.name}  ({_describe(key.aliases, key.rpm, key.tpm, key.budget)})")
+        described = _describe(key.aliases, key.rpm, key.tpm, key.budget, key.priority)
+        print(f"{key.name}  ({described})")
     return 0
 
 

@@ -25,6 +25,7 @@ from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError, Gateway
 from trio_gateway.core.words import counted
 from trio_gateway.ops.log_queue import configure_logging
 from trio_gateway.ops.sd_notify import notify, reloading
+from trio_gateway.process.descriptors import raise_descriptor_limit
 from trio_gateway.process.reload_status import StatusFile
 from trio_gateway.process.reloader import LoadConfig, ReloadOutcome
 from trio_gateway.process.serve import GatewayHandle, freeze_start_up, serve_gateway
@@ -126,6 +127,7 @@ async def _serve_until_signalled(
     (and the keys file); a bad file changes nothing (reloader.py). A ``worker`` (workers.py)
     serves the socket its supervisor passed, and drains when the supervisor is gone."""
     log = logging.getLogger("trio_gateway")
+    raise_descriptor_limit(config)
     status = StatusFile()
     with (
         trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals,

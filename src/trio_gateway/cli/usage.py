@@ -105,7 +105,11 @@ def _with_endpoint(conn: sqlite3.Connection, expression: str) -> str:
     """``expression`` where it names the endpoint column of a ledger an older gateway wrote
     (opened read-only here, so not migrated): every record of it was a chat's."""
     present = {name for _, name, *_ in conn.execute("PRAGMA table_info(usage)")}
-    return expression if "endpoint" in present else expression.replace("endpoint", "'chat'")
+    if "endpoint" not in present:
+        expression = expression.replace("endpoint", "'chat'")
+    if "filtered" not in present:  # before output filters: none acted
+        expression = expression.replace("filtered", "NULL")
+    return expression
 
 
 def table(conn: sqlite3.Connection, by: str, since: float | None) -> list[tuple[object, ...]]:

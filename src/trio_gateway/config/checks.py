@@ -14,8 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cryptography.fernet import Fernet
+
+from trio_gateway.core.filter_match import RegexRefused, pattern_problem, regex_reach
 from trio_gateway.core.keys import KeysFileError, load_keys
 from trio_gateway.core.model_families import TABLES
+from trio_gateway.core.priority import PRIORITY_MAX, PRIORITY_MIN, PRIORITY_RANGE
 from trio_gateway.redis.url import parse_redis_url
 
 if TYPE_CHECKING:
@@ -72,6 +76,12 @@ def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
             else ("api_key_env or api_key_file")
         )
         problems.append(f"{where}: type {p.type!r} needs a credential ({key})")
+    if p.priority_scheduling and p.type != "openai_compatible":
+        # Only vLLM's API has a per-request priority; the cloud vendors have no such field.
+        problems.append(
+            f"{where}.priority_scheduling: only for type 'openai_compatible' (vLLM's "
+            f"`priority` field); type {p.type!r} has no per-request priority"
+        )
     for key in ("project", "location"):
         value = getattr(p, key)
         if p.type == "vertex" and not value:
@@ -196,6 +206,7 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
         problems.extend(_auth_problems(config))
     if not 1 <= config.server.workers <= MAX_WORKERS:
         problems.append(f"server.workers: must be from 1 to {MAX_WORKERS}")
+    problems.extend(_responses_problems(config, environ))
     for key in ("max_body_bytes", "stream_buffer_events"):
         if getattr(config.server, key) < 1:
             problems.append(f"server.{key}: must be at least 1")
@@ -223,6 +234,10 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
             problems.append(f"aliases.{alias_name}.max_queue_wait_s: must be 0 or more")
         if alias.max_queued < 0:
             problems.append(f"aliases.{alias_name}.max_queued: must be 0 or more")
+        if not PRIORITY_MIN <= alias.priority <= PRIORITY_MAX:
+            problems.append(f"aliases.{alias_name}.priority: {PRIORITY_RANGE}")
+        if not alias.priority_aging_s > 0:
+            problems.append(f"aliases.{alias_name}.priority_aging_s: must be greater than 0")
         names_here: set[str] = set()
         for i, p in enumerate(alias.providers):
             where = f"aliases.{alias_name}.providers[{i}]"
@@ -308,6 +323,41 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
         problems.append("usage.stream_maxlen: must be at least 1")
     if config.usage.ledger == "":
         problems.append('usage.ledger: a file path, or "none"')
+    problems.extend(filter_problems(config))
+    return problems
+
+
+def filter_problems(config: GatewayConfig) -> list[str]:
+    """``[filters.NAME]`` tables that cannot run, and aliases naming filters nobody defined."""
+    problems: list[str] = []
+    for name, spec in config.filters.items():
+        where = f"filters.{name}"
+        if not spec.patterns and not spec.regex:
+            problems.append(f"{where}: give patterns or regex (or both)")
+        for i, pattern in enumerate(spec.patterns):
+            if (err := pattern_problem(pattern)) is not None:
+                problems.append(f"{where}.patterns[{i}]: {err}")
+        for i, source in enumerate(spec.regex):
+            try:
+                regex_reach(source, case_sensitive=spec.case_sensitive)
+            except RegexRefused as exc:
+                problems.append(f"{where}.regex[{i}]: {source!r}: {exc}")
+        if not spec.applies_to:
+            problems.append(f"{where}.applies_to: name at least one field")
+        elif len(set(spec.applies_to)) != len(spec.applies_to):
+            problems.append(f"{where}.applies_to: a field is listed twice")
+    defined = ", ".join(sorted(config.filters)) or "none"
+    for alias_name, alias in config.aliases.items():
+        for key in ("output_filters", "input_filters"):
+            names: tuple[str, ...] = getattr(alias, key)
+            for i, name in enumerate(names):
+                where = f"aliases.{alias_name}.{key}[{i}]"
+                if name not in config.filters:
+                    problems.append(
+                        f"{where}: unknown filter {name!r} (defined with [filters.NAME]: {defined})"
+                    )
+                elif name in names[:i]:
+                    problems.append(f"{where}: filter {name!r} is listed twice")
     return problems
 
 
@@ -342,5 +392,30 @@ def raw_secret_problems(raw: dict[str, Any], environ: Mapping[str, str]) -> list
                 problems.append(
                     f"aliases.{alias_name}.providers[{i}].api_key_env: "
                     f"environment variable {env!r} is not set"
+                )
+    return problems
+
+
+def _responses_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
+    """``[responses]``: a positive TTL and memory bound, and a seal key that is one."""
+    settings = config.responses
+    problems = []
+    if settings.store_ttl_s <= 0:
+        problems.append("responses.store_ttl_s: must be greater than 0")
+    if settings.memory_max_responses < 1:
+        problems.append("responses.memory_max_responses: must be at least 1")
+    env = settings.seal_key_env
+    if env is not None:
+        value = environ.get(env)
+        if not value:
+            problems.append(f"responses.seal_key_env: environment variable {env!r} is not set")
+        else:
+            try:
+                Fernet(value.encode("ascii"))
+            except (ValueError, UnicodeEncodeError):
+                problems.append(
+                    f"responses.seal_key_env: {env!r} does not hold a Fernet key (32 bytes, "
+                    "URL-safe base64: python -c 'from cryptography.fernet import Fernet; "
+                    "print(Fernet.generate_key().decode())')"
                 )
     return problems

@@ -21,10 +21,14 @@ from trio_gateway.config.checks import (
     unused_key_warnings,
 )
 from trio_gateway.config.schema import (
+    FILTER_FIELDS,
     PROVIDER_PATH_KEYS,
     PROVIDER_TYPES,
     ROUTINGS,
+    BuiltinTools,
     ConfigError,
+    FilterAction,
+    FilterField,
     GatewayConfig,
     OnLeaseError,
     OnRedisError,
@@ -40,7 +44,7 @@ from trio_gateway.core.capability import Capability
 from trio_gateway.sim.config import SimConfig
 
 # GatewayConfig's fields that load fills in, never the file (omitted from its structure hook).
-_NOT_FROM_FILE = frozenset({"api_keys", "source", "warnings", "listen_origin"})
+_NOT_FROM_FILE = frozenset({"api_keys", "seal_key", "source", "warnings", "listen_origin"})
 
 
 def _strict_int(value: object, _: type) -> int:
@@ -111,6 +115,9 @@ def _make_converter() -> cattrs.Converter:
         lambda t: t == ReasoningOff, _literal_hook(("refuse", "lowest"), "reasoning_off")
     )
     converter.register_structure_hook_func(
+        lambda t: t == BuiltinTools, _literal_hook(("drop", "refuse"), "builtin_tools")
+    )
+    converter.register_structure_hook_func(
         lambda t: t == UsageSinkKind, _literal_hook(("sqlite", "redis_stream", "none"), "sink")
     )
 
@@ -126,6 +133,17 @@ def _make_converter() -> cattrs.Converter:
         return frozenset(_capability(v, Capability) for v in value)
 
     converter.register_structure_hook_func(lambda t: t == tuple[str, ...], tuple_of_str)
+    converter.register_structure_hook_func(
+        lambda t: t == FilterAction, _literal_hook(("mask", "block"), "action")
+    )
+    field_hook = _literal_hook(FILTER_FIELDS, "field")
+
+    def filter_fields(value: object, _: type) -> tuple[FilterField, ...]:
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list of fields, got {value!r}")
+        return tuple(field_hook(v, str) for v in value)
+
+    converter.register_structure_hook_func(lambda t: t == tuple[FilterField, ...], filter_fields)
     converter.register_structure_hook_func(lambda t: t == frozenset[Capability], capability_set)
 
     def simulator(value: object, _: type) -> SimulatorConfig:
@@ -146,6 +164,7 @@ def _make_converter() -> cattrs.Converter:
             GatewayConfig,
             converter,
             api_keys=override(omit=True),
+            seal_key=override(omit=True),
             source=override(omit=True),
             warnings=override(omit=True),
             listen_origin=override(omit=True),
@@ -241,7 +260,9 @@ def parse_config(
         if p.api_key_env is not None
     }
     warnings = tuple(unused_key_warnings(raw))
-    return attrs.evolve(config, api_keys=keys, source=source, warnings=warnings)
+    seal_env = config.responses.seal_key_env
+    seal_key = Secret(env[seal_env]) if seal_env is not None else None
+    return attrs.evolve(config, api_keys=keys, seal_key=seal_key, source=source, warnings=warnings)
 
 
 def _read(path: Path) -> str:

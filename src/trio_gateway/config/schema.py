@@ -38,6 +38,10 @@ OnLeaseError = Literal["share", "refuse"]
 UsageSinkKind = Literal["sqlite", "redis_stream", "none"]
 # What `reasoning: false` does on a model that cannot stop reasoning (docs/configuration.md).
 ReasoningOff = Literal["refuse", "lowest"]
+BuiltinTools = Literal["drop", "refuse"]
+FilterAction = Literal["mask", "block"]
+FilterField = Literal["content", "reasoning", "tool_arguments"]
+FILTER_FIELDS: tuple[FilterField, ...] = ("content", "reasoning", "tool_arguments")
 
 
 @attrs.frozen
@@ -154,6 +158,9 @@ class ProviderConfig:
     price_input_per_mtok: float = 0.0
     price_cached_input_per_mtok: float = 0.0
     price_output_per_mtok: float = 0.0
+    # openai_compatible only: send each request's priority as vLLM's `priority` field, for a
+    # server run with `--scheduling-policy priority` (vLLM 0.32 ignores it under "fcfs").
+    priority_scheduling: bool = False
 
     @property
     def endpoint(self) -> str:
@@ -175,6 +182,31 @@ class AliasConfig:
     on_saturated: OnSaturated = "spill"
     max_queue_wait_s: float = 10.0
     max_queued: int = 100
+    # The Responses front's built-in tools (web_search, file_search...), which no provider
+    # behind the gateway runs: dropped from the request (named in x-gateway-dropped-tools), or
+    # the request refused (400).
+    builtin_tools: BuiltinTools = "drop"
+    # Names of [filters.NAME] tables: the answer's text through these (core/filters.py); a
+    # request whose messages match one of input_filters is refused (400 content_filtered).
+    output_filters: tuple[str, ...] = ()
+    input_filters: tuple[str, ...] = ()
+    # The priority class of its requests when their key has none (core/priority.py).
+    priority: int = 0
+    # A request waiting at a gate gains one priority class per this many seconds waited.
+    priority_aging_s: float = 2.0
+
+
+@attrs.frozen(kw_only=True)
+class FilterConfig:
+    """``[filters.NAME]``: literals and bounded regexes, masked or blocking (docs/configuration.md,
+    "Filters")."""
+
+    patterns: tuple[str, ...] = ()
+    regex: tuple[str, ...] = ()
+    action: FilterAction = "mask"
+    mask: str = "***"
+    case_sensitive: bool = False
+    applies_to: tuple[FilterField, ...] = FILTER_FIELDS
 
 
 @attrs.frozen(kw_only=True)
@@ -235,6 +267,21 @@ class LimitsConfig:
 
 
 @attrs.frozen(kw_only=True)
+class ResponsesConfig:
+    """``[responses]``: the Responses front's stored responses and sealed reasoning
+    (docs/api.md, "The Responses front")."""
+
+    # How long a stored response may be continued (previous_response_id) or read: 30 days,
+    # as OpenAI keeps them.
+    store_ttl_s: float = 30 * 24 * 3600.0
+    # Without [redis] or a ledger file, the newest this many are kept in each process's memory.
+    memory_max_responses: int = 10_000
+    # An environment variable holding the Fernet key that seals reasoning (encrypted_content);
+    # unset: a key made per process (reasoning sealed by another process is not read).
+    seal_key_env: str | None = None
+
+
+@attrs.frozen(kw_only=True)
 class GatewayConfig:
     server: ServerConfig = ServerConfig()
     websocket: WebSocketConfig = WebSocketConfig()
@@ -244,10 +291,13 @@ class GatewayConfig:
     usage: UsageConfig = UsageConfig()
     redis: RedisConfig | None = None
     limits: LimitsConfig = LimitsConfig()
+    responses: ResponsesConfig = ResponsesConfig()
+    filters: dict[str, FilterConfig] = attrs.field(factory=dict)
     # Not read from TOML (a file that holds them is refused): filled in by load, from the
     # environment; and what the file holds that is accepted but does nothing, said by `check`
     # and at start.
     api_keys: dict[str, Secret] = attrs.field(factory=dict)
+    seal_key: Secret | None = None  # [responses] seal_key_env's value
     source: str = "<config>"
     warnings: tuple[str, ...] = ()
     # Where server.listen came from, for messages about it: the file, or `serve --listen`.

@@ -19,11 +19,13 @@ occur, never further in.
     │   ├── RequestTimeout              408 request_timeout (a body too slow to come)
     │   ├── ModelNotFound               404 model_not_found (unknown alias)
     │   ├── RouteNotFound               404 not_found
+    │   ├── ResponseNotFound            404 response_not_found (none, expired, another key's)
     │   ├── MethodNotAllowed            405 method_not_allowed
     │   ├── Unauthorized                401 invalid_api_key (WWW-Authenticate: Bearer)
     │   ├── Forbidden                   403 alias_not_allowed
     │   ├── BudgetExceeded              402 budget_exceeded (the key's budget cannot cover it)
     │   ├── RateLimited                 429 rate_limited (the key's rpm/tpm; Retry-After)
+    │   ├── ContentFiltered             400 content_filtered (an input or a block output filter)
     │   └── MessageRefused              a WebSocket message refused; the socket stays open
     │       ├── InvalidMessage          invalid_message
     │       ├── UnknownMessageType      unknown_type
@@ -42,8 +44,10 @@ occur, never further in.
     │   └── UpstreamProtocolError       502 upstream_protocol_error
     ├── AllProvidersFailed              503 upstream_unavailable
     ├── Overloaded                      503 overloaded
+    │   └── DescriptorsExhausted        503 overloaded (out of file descriptors; Retry-After)
     ├── ShuttingDown                    503 shutting_down
     ├── LimitsUnavailable               503 limits_unavailable (Redis down, fail_closed)
+    ├── StoreUnavailable                503 store_unavailable (stored responses unreadable)
     └── InternalError                   500 internal_error
 """
 
@@ -164,6 +168,15 @@ class RouteNotFound(RequestError):
     openai_type = "not_found_error"
 
 
+class ResponseNotFound(RequestError):
+    """A stored response (``/v1/responses/{id}``, ``previous_response_id``) that does not
+    exist, has expired, or belongs to another key."""
+
+    code = "response_not_found"
+    status = 404
+    openai_type = "invalid_request_error"
+
+
 class MethodNotAllowed(RequestError):
     code = "method_not_allowed"
     status = 405
@@ -222,6 +235,19 @@ class RateLimited(KeyLimitError):
     status = 429
     openai_type = "rate_limit_error"
     retryable = True
+
+
+class ContentFiltered(RequestError):
+    """A request whose messages match one of its alias's ``input_filters``, or an answer that
+    met a ``block`` output filter (core/filters.py): before anything of the answer was said, the
+    answer is this error; after, the stream ends with it in band. ``filter`` names the filter.
+    A request error: another provider would be asked the same, so none is."""
+
+    code = "content_filtered"
+
+    def __init__(self, message: str, *, filter_name: str, provider: str | None = None) -> None:
+        super().__init__(message, provider=provider)
+        self.filter_name = filter_name
 
 
 class MessageRefused(RequestError):
@@ -355,6 +381,14 @@ class Overloaded(GatewayError):
     retryable = True
 
 
+class DescriptorsExhausted(Overloaded):
+    """The gateway itself is out of file descriptors (core/descriptors.py): no provider is at
+    fault, so none is tried next or marked down."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = 1.0) -> None:
+        super().__init__(message, retry_after_s=retry_after_s)
+
+
 class ShuttingDown(GatewayError):
     """The gateway is stopping: the answer was cut at the end of the drain, or never began."""
 
@@ -368,6 +402,14 @@ class LimitsUnavailable(GatewayError):
     ``[redis] on_error = "fail_closed"``."""
 
     code = "limits_unavailable"
+    status = 503
+    retryable = True
+
+
+class StoreUnavailable(GatewayError):
+    """The stored responses could not be read (Redis did not answer, the file failed)."""
+
+    code = "store_unavailable"
     status = 503
     retryable = True
 

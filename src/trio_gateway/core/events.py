@@ -74,6 +74,9 @@ class Usage:
 @attrs.frozen(slots=True)
 class ResponseDone:
     finish_reason: str
+    # The client's stop sequence that ended the answer, where the vendor says which (vLLM's
+    # stop_reason, Anthropic's stop_sequence): Anthropic's clients are told it.
+    stop_sequence: str | None = None
 
 
 @attrs.frozen(slots=True)

@@ -8,6 +8,7 @@ The keys file is TOML, one table per key, holding the SHA-256 of the key and nev
     rpm = 60                      # optional; stored for rate limits and budgets (not yet used)
     tpm = 100000
     budget = 25.0
+    priority = 0                  # optional; lower first (docs/accounting.md); else the alias's
 
 Keys are 256 random bits (``secrets.token_urlsafe``), so one SHA-256 is the right hash: there
 is nothing for a slow password hash to protect. A presented key is hashed, then compared with
@@ -34,6 +35,7 @@ import attrs
 import tomli
 
 from trio_gateway.core.errors import Forbidden
+from trio_gateway.core.priority import PRIORITY_MAX, PRIORITY_MIN, PRIORITY_RANGE
 
 log = logging.getLogger("trio_gateway")
 
@@ -41,7 +43,7 @@ KEY_PREFIX = "tgw-"
 KEY_RANDOM_BYTES = 32  # 256 bits; token_urlsafe writes them in 43 characters
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_ENTRY_KEYS = ("sha256", "aliases", "rpm", "tpm", "budget")
+_ENTRY_KEYS = ("sha256", "aliases", "rpm", "tpm", "budget", "priority")
 
 
 @attrs.frozen(kw_only=True)
@@ -55,6 +57,8 @@ class ApiKey:
     rpm: int | None = None
     tpm: int | None = None
     budget: float | None = None
+    # Its requests' priority class (core/priority.py); None: the alias's.
+    priority: int | None = None
 
     def allows(self, alias: str) -> bool:
         return not self.aliases or alias in self.aliases
@@ -164,6 +168,11 @@ def _entry(
         problems.append(f"{where}.budget: expected a number, got {_kind(budget)}")
     elif budget is not None and not (math.isfinite(budget) and budget >= 0):
         problems.append(f"{where}.budget: must be a finite number, 0 or more")
+    priority = raw.get("priority")
+    if priority is not None and (
+        type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX
+    ):
+        problems.append(f"{where}.priority: {PRIORITY_RANGE}, got {_kind(priority)}")
     if problems:
         return None, problems
     key = ApiKey(
@@ -173,6 +182,7 @@ def _entry(
         rpm=rpm,
         tpm=tpm,
         budget=None if budget is None else float(budget),
+        priority=priority,
     )
     return key, []
 

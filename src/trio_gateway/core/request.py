@@ -14,7 +14,7 @@ from trio_gateway.core.usage import estimate_body_prompt
 from trio_gateway.core.validation import validate_body, within_depth
 
 # Gateway extensions in the request body; never sent to a provider as they are.
-GATEWAY_FIELDS = frozenset({"reasoning"})
+GATEWAY_FIELDS = frozenset({"reasoning", "priority"})
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _NOTHING_REQUIRED: frozenset[Capability] = frozenset()
 
@@ -40,6 +40,12 @@ class ChatRequest:
     session_id: str | None = None
     # The endpoint it came to: how a provider is asked and its answer read.
     kind: RequestKind = RequestKind.CHAT
+    # The front that translated it into a chat request (``messages``, ``responses``), for the
+    # usage record's ``endpoint``; None: the request's kind names it.
+    front: str | None = None
+    # Its priority class, lower first (core/priority.py): the key's or the alias's, or lower as
+    # the client asked. Orders the gateway's queues, and goes to vLLM as its `priority`.
+    priority: int = 0
     # The prompt's estimate (usage.estimate_prompt_tokens), taken when the body is released.
     _prompt_estimate: int | None = attrs.field(default=None, init=False, repr=False)
 

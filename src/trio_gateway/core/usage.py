@@ -76,8 +76,12 @@ class UsageRecord:
     ttft_s: float | None = None
     duration_s: float = 0.0
     started_at: float  # wall clock, seconds since the epoch
-    # The endpoint it came to (a ``RequestKind`` value): chat, completions or embeddings.
+    # The endpoint it came to: a ``RequestKind`` value (chat, completions, embeddings) or the
+    # front that translated it into chat (messages, responses).
     endpoint: str = "chat"
+    # The output filters that acted on the answer, as "name:action" joined by commas (an
+    # input filter's refusal is error_code content_filtered, with no answer to note).
+    filtered: str | None = None
 
     def as_row(self) -> dict[str, object]:
         return attrs.asdict(self)
@@ -170,6 +174,7 @@ def usage_record(
     duration_s: float,
     started_at: float,
     endpoint: str = "chat",
+    filtered: str | None = None,
 ) -> UsageRecord:
     """The record of a request that reached the relay.
 
@@ -205,6 +210,7 @@ def usage_record(
         duration_s=duration_s,
         started_at=started_at,
         endpoint=endpoint,
+        filtered=filtered,
     )
 
 

@@ -31,8 +31,9 @@ import attrs
 import trio
 
 from trio_gateway.accounting.admission import Admission
-from trio_gateway.core.errors import GatewayError, InternalError, ShuttingDown
+from trio_gateway.core.errors import ContentFiltered, GatewayError, InternalError, ShuttingDown
 from trio_gateway.core.events import Event, ResponseStarted, Usage
+from trio_gateway.core.filters import OutputBlocked, OutputFilters, StreamFilter
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.usage import UsageMeter, UsageRecord, usage_record
 from trio_gateway.dispatch.router import Plan
@@ -92,6 +93,8 @@ class Outcome:
     # The usage so far of the last attempt's stream, left by the provider shell when it ended:
     # what a cut stream is billed.
     meter: UsageMeter = attrs.field(factory=UsageMeter)
+    # The output filters that acted on the answer ("name:action"), for its usage record.
+    filtered: tuple[str, ...] = ()
 
     def observe(self, event: Event) -> None:
         if self.first_event_at is None:
@@ -133,7 +136,8 @@ def record(
         ttft_s=ttft_s,
         duration_s=duration_s,
         started_at=time.time() if started_wall is None else started_wall,
-        endpoint=request.kind.value,
+        endpoint=request.front or request.kind.value,
+        filtered=",".join(outcome.filtered) or None,
     )
     router.usage.offer(usage_rec)
     if (context := current_request()) is not None:
@@ -261,6 +265,59 @@ class _Emit:
         await trio.lowlevel.checkpoint()  # raises Cancelled: unwinds the upstream
 
 
+class _Filtered:
+    """The hook of the output filters (``core/filters.py``): every answer of an alias with
+    ``output_filters`` passes through here between the provider's events and the front's sink,
+    whichever front it is, so every front gets them. A ``block`` says what came before the match
+    and raises :class:`ContentFiltered`, which ends the attempt (the upstream is closed: vLLM
+    aborts) and reaches the front as the answer's error: an error response when nothing was
+    said yet, else in band."""
+
+    __slots__ = ("_emit", "_filter", "_outcome", "_plan")
+
+    def __init__(
+        self,
+        filters: OutputFilters,
+        emit: Callable[[list[Event]], Awaitable[None]],
+        outcome: Outcome,
+        plan: Plan,
+    ) -> None:
+        self._filter = StreamFilter(filters)
+        self._emit = emit
+        self._outcome = outcome
+        self._plan = plan
+
+    async def emit(self, events: list[Event]) -> None:
+        stream = self._filter
+        try:
+            out = stream.events(events)
+        except OutputBlocked as blocked:
+            self._count()
+            if blocked.events:
+                await self._emit(blocked.events)
+            name = blocked.rule.name
+            raise ContentFiltered(
+                f"the answer was stopped by the output filter {name!r}",
+                filter_name=name,
+                provider=blocked.provider,
+            ) from None
+        if stream.matched:
+            self._count()
+        if out:
+            await self._emit(out)
+
+    def _count(self) -> None:
+        matched = self._filter.matched
+        counter = self._plan.router.metrics.filter_matches
+        outcome = self._outcome
+        for rule in matched:
+            counter.labels(self._plan.alias, rule.name, rule.action).inc()
+            noted = f"{rule.name}:{rule.action}"
+            if noted not in outcome.filtered:
+                outcome.filtered += (noted,)
+        matched.clear()
+
+
 async def _produce(
     request: ChatRequest,
     plan: Plan,
@@ -283,7 +340,10 @@ async def _produce(
                 raise ShuttingDown(
                     "the gateway is shutting down; retry elsewhere", retry_after_s=1.0
                 )
-            await plan.router.run(request, plan, to_client.emit, outcome.meter)
+            emit = to_client.emit
+            if plan.filters.output is not None:
+                emit = _Filtered(plan.filters.output, emit, outcome, plan).emit
+            await plan.router.run(request, plan, emit, outcome.meter)
         except GatewayError as exc:
             error = exc
         except Exception as exc:

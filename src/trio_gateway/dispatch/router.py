@@ -6,6 +6,10 @@ shared by every alias that names the provider, and through Redis by every gatewa
 to the next provider; an alias with ``on_saturated = "queue"`` waits in its own bounded queue
 instead. A new attempt after a failure is
 allowed only while the client has seen nothing.
+
+Waiters at a gate are served by their rank (``queue_rank``): lower priority numbers first, in
+arrival order within a priority, a waiting request gaining one class per the alias's
+``priority_aging_s`` (capacity/priority.py has the bound this gives).
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import trio
 from trio_gateway.accounting.admission import Admission, Limits, Reserve, local_limits
 from trio_gateway.capacity.gate import LocalGate, SharedGate
 from trio_gateway.capacity.health import ProviderHealth, log_transition
-from trio_gateway.config.schema import AliasConfig
+from trio_gateway.config.schema import AliasConfig, FilterConfig
 from trio_gateway.core.errors import (
     AllProvidersFailed,
+    ContentFiltered,
+    DescriptorsExhausted,
     GatewayError,
     Overloaded,
     QuotaExhausted,
@@ -33,6 +39,8 @@ from trio_gateway.core.errors import (
     UpstreamRateLimited,
 )
 from trio_gateway.core.events import Event
+from trio_gateway.core.filter_match import FilterSpec
+from trio_gateway.core.filters import NO_FILTERS, AliasFilters, alias_filters, input_match
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.core.usage import NULL_SINK, UsageMeter, UsageSink
@@ -78,6 +86,8 @@ class Plan:
     # The providers' health when planned: a reload that replaces a provider leaves this
     # request's attempts feeding the health of the one it runs on.
     health: Mapping[str, Health]
+    # The alias's filters when planned (dispatch/relay.py runs the answer through them).
+    filters: AliasFilters = NO_FILTERS
 
 
 class Router:
@@ -90,8 +100,10 @@ class Router:
         *,
         rng: random.Random | None = None,
         health: Mapping[str, ProviderHealth] | None = None,
+        filters: Mapping[str, FilterConfig] | None = None,
     ) -> None:
         self.aliases = aliases
+        self.filters = _compile_filters(aliases, filters or {})
         self.upstreams = upstreams
         self.health = _health_of(upstreams, health or {})
         self.metrics = Metrics(self.gauges)
@@ -113,12 +125,14 @@ class Router:
         aliases: dict[str, AliasConfig],
         upstreams: Mapping[str, Provider],
         health: Mapping[str, ProviderHealth],
+        filters: Mapping[str, FilterConfig] | None = None,
     ) -> None:
-        """A reload's new aliases and providers, all at once (no checkpoint in here): a request
-        planned before keeps the providers its plan holds; the alias queues' counts (by name,
-        a removed alias's until its last waiter leaves) and the service times of what stays
-        carry over."""
+        """A reload's new aliases, providers and filters, all at once (no checkpoint in here):
+        a request planned before keeps the providers and filters its plan holds; the alias
+        queues' counts (by name, a removed alias's until its last waiter leaves) and the
+        service times of what stays carry over."""
         self.aliases = aliases
+        self.filters = _compile_filters(aliases, filters or {})
         self.upstreams = upstreams
         self.health = _health_of(upstreams, health)
         self.recent = self.recent.keeping(upstreams)
@@ -156,8 +170,17 @@ class Router:
         }
 
     def plan(self, request: ChatRequest) -> Plan:
-        """Raises (unknown alias, missing capability) before anything is sent upstream."""
+        """Raises (unknown alias, missing capability, a request its input filters refuse)
+        before anything is sent upstream."""
         alias = resolve_alias(self.aliases, request.alias)
+        filters = self.filters.get(request.alias, NO_FILTERS)
+        if filters.input is not None:
+            rule = input_match(filters.input, request.body)
+            if rule is not None:
+                self.metrics.filter_matches.labels(request.alias, rule.name, "refuse").inc()
+                raise ContentFiltered(
+                    f"the request matches the input filter {rule.name!r}", filter_name=rule.name
+                )
         eligible = eligible_providers(request.alias, alias, request.required, request.kind)
         now = trio.current_time()
         health = self.health
@@ -170,6 +193,7 @@ class Router:
             upstreams=tuple([upstreams[p.name] for p in ordered]),
             router=self,
             health=health,
+            filters=filters,
         )
 
     async def admit(self, key: ApiKey | None, request: ChatRequest, plan: Plan) -> Admission | None:
@@ -212,7 +236,7 @@ class Router:
         return [Member(provider, health, provider.name)]
 
     async def _admit_queued(
-        self, plan: Plan, request: ChatRequest, borrower: object
+        self, plan: Plan, request: ChatRequest, borrower: object, rank: float
     ) -> tuple[Provider, Member]:
         """``on_saturated = "queue"``: a free slot at any weight > 0 provider in the plan (that
         shares load, it is not a spill), else wait in the alias's bounded queue for the first
@@ -233,7 +257,7 @@ class Router:
             )
         self._queued[plan.alias] = waiting + 1
         try:
-            won = await _first_slot(everyone, borrower, config.max_queue_wait_s)
+            won = await _first_slot(everyone, borrower, config.max_queue_wait_s, rank)
         finally:
             left = self._queued.pop(plan.alias) - 1
             if left:
@@ -257,10 +281,11 @@ class Router:
         each attempt's usage so far (for billing a cut stream).
         """
         borrower = object()
+        rank = queue_rank(trio.current_time(), request.priority, plan.config.priority_aging_s)
         failures: list[GatewayError] = []
         pre_admitted: tuple[Provider, Member] | None = None
         if plan.config.on_saturated == "queue":
-            pre_admitted = await self._admit_queued(plan, request, borrower)
+            pre_admitted = await self._admit_queued(plan, request, borrower, rank)
         order = list(plan.upstreams)
         if pre_admitted is not None:
             order.remove(pre_admitted[0])
@@ -283,7 +308,7 @@ class Router:
                 members.remove(member)
             while True:
                 if member is None:
-                    member = await _acquire(provider, members, borrower)
+                    member = await _acquire(provider, members, borrower, rank)
                     if member is None:
                         failures.append(
                             Overloaded(
@@ -336,6 +361,8 @@ class Router:
         except RequestError:
             health.success()  # it answered, and correctly so
             raise
+        except DescriptorsExhausted:
+            raise  # the gateway's own limit: no provider's fault, and the next would meet it
         except GatewayError as exc:
             self._note_failure(health, exc)
             if emitted:
@@ -375,6 +402,26 @@ class Router:
         if len(failures) == 1:
             return failures[0]
         return AllProvidersFailed(failures)
+
+
+def _compile_filters(
+    aliases: Mapping[str, AliasConfig], filters: Mapping[str, FilterConfig]
+) -> dict[str, AliasFilters]:
+    """Each alias's filters, compiled (an Aho-Corasick automaton per field: built once here,
+    not per request). The config's checks have made sure every name is defined."""
+    # attrs.asdict keeps tuples as tuples.
+    specs = {name: FilterSpec(name=name, **attrs.asdict(f)) for name, f in filters.items()}
+    # Aliases that name the same filters share one compiled set.
+    built: dict[tuple[tuple[str, ...], tuple[str, ...]], AliasFilters] = {}
+    out = {}
+    for name, alias in aliases.items():
+        names = (alias.output_filters, alias.input_filters)
+        if names == ((), ()):
+            continue
+        if names not in built:
+            built[names] = alias_filters([specs[f] for f in names[0]], [specs[f] for f in names[1]])
+        out[name] = built[names]
+    return out
 
 
 def _health_of(
@@ -437,7 +484,14 @@ async def _give_back(gate: LocalGate | SharedGate, borrower: object) -> None:
         await gate.release(borrower)
 
 
-async def _acquire(provider: Provider, members: list[Member], borrower: object) -> Member | None:
+def queue_rank(arrived: float, priority: int, aging_s: float) -> float:
+    """Where a request waits at a gate: as if it had arrived ``priority x aging_s`` later."""
+    return arrived + priority * aging_s
+
+
+async def _acquire(
+    provider: Provider, members: list[Member], borrower: object, rank: float
+) -> Member | None:
     """A slot on the first of ``members`` that has one free, else on whichever frees one first
     within the provider's ``queue_timeout_s``; None when none did."""
     # acquire() would refuse a free slot under a zero timeout: a free one is taken first.
@@ -445,13 +499,13 @@ async def _acquire(provider: Provider, members: list[Member], borrower: object) 
         if await _try_take(member.upstream.gate, borrower):
             return member
     won = await _first_slot(
-        [(provider, m) for m in members], borrower, provider.config.queue_timeout_s
+        [(provider, m) for m in members], borrower, provider.config.queue_timeout_s, rank
     )
     return None if won is None else won[1]
 
 
 async def _first_slot(
-    candidates: list[tuple[Provider, Member]], borrower: object, timeout_s: float
+    candidates: list[tuple[Provider, Member]], borrower: object, timeout_s: float, rank: float
 ) -> tuple[Provider, Member] | None:
     """The first of the candidates whose gate grants ``borrower`` a slot within ``timeout_s``;
     the others give theirs back. A slot granted is never lost to the deadline: the winner is
@@ -464,7 +518,7 @@ async def _first_slot(
 
             async def race(candidate: tuple[Provider, Member]) -> None:
                 gate = candidate[1].upstream.gate
-                await gate.acquire(borrower)
+                await gate.acquire(borrower, rank)
                 if winner:  # lost a photo finish: give the slot back
                     await gate.release(borrower)
                     return

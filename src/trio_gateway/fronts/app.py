@@ -33,6 +33,7 @@ from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.events_sse import handle_events
 from trio_gateway.fronts.http import (
     ClientGone,
+    ErrorShape,
     Receive,
     Scope,
     Send,
@@ -40,6 +41,10 @@ from trio_gateway.fronts.http import (
     send_error,
     send_json,
 )
+from trio_gateway.fronts.http import openai_error as openai_error_shape
+from trio_gateway.fronts.messages import handle_count_tokens, handle_messages
+from trio_gateway.fronts.messages_events import anthropic_error
+from trio_gateway.fronts.responses import handle_responses, handle_stored
 from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.http1.listen import Connections
 from trio_gateway.http1.server import HANG_UP_EXTENSION
@@ -59,6 +64,8 @@ ROUTES = {
     "/v1/completions": ("POST",),
     "/v1/embeddings": ("POST",),
     "/v1/events": ("POST",),
+    "/v1/messages": ("POST",),
+    "/v1/messages/count_tokens": ("POST",),
     "/v1/models": ("GET", "HEAD"),
     "/healthz": ("GET", "HEAD"),
     "/readyz": ("GET", "HEAD"),
@@ -66,35 +73,59 @@ ROUTES = {
     "/": ("GET", "HEAD"),
     "/status": ("GET", "HEAD"),
     "/status.json": ("GET", "HEAD"),
+    # The Responses front (fronts/responses.py): a stored response by id.
+    "/v1/responses": ("POST",),
+    "/v1/responses/{id}": ("GET", "HEAD", "DELETE"),
 }
 MODEL_PREFIX = "/v1/models/"
+RESPONSE_PREFIX = "/v1/responses/"
 # An unknown path is logged, but not at any length.
 MAX_LOGGED_PATH_CHARS = 200
 # Every route, for the 404's hint (a test checks it against ROUTES).
 ROUTE_LIST = (
     "POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings, POST /v1/events, "
+    "POST /v1/messages, POST /v1/messages/count_tokens, "
     "GET /v1/models, GET /v1/models/{id}, "
     "GET /v1/ws (WebSocket), GET /healthz, GET /readyz, GET /metrics, GET / (status page), "
-    "GET /status, GET /status.json"
+    "GET /status, GET /status.json, "
+    "POST /v1/responses, GET /v1/responses/{id}, DELETE /v1/responses/{id}"
 )
 # Paths that need an API key when the gateway has keys; the probes and metrics never do.
 KEYED_PATHS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/events", "/v1/models"}
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/events",
+        "/v1/models",
+        "/v1/responses",
+        "/v1/responses/{id}",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+    }
 )
 # Routes whose every request gets a usage record (relay.record once it is under way), and the
-# endpoint the record names.
+# endpoint the record names: the request's kind, or the front's name (ChatRequest.front).
 METERED_ROUTES = {
-    "/v1/chat/completions": RequestKind.CHAT,
-    "/v1/events": RequestKind.CHAT,
-    "/v1/completions": RequestKind.COMPLETIONS,
-    "/v1/embeddings": RequestKind.EMBEDDINGS,
+    "/v1/chat/completions": RequestKind.CHAT.value,
+    "/v1/events": RequestKind.CHAT.value,
+    "/v1/completions": RequestKind.COMPLETIONS.value,
+    "/v1/embeddings": RequestKind.EMBEDDINGS.value,
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
 }
+# How each front words its errors, those of the app included (a 401, a 404 of a path under it):
+# by the longest listed prefix of the path, OpenAI's shape where none is listed.
+ERROR_SHAPES: dict[str, ErrorShape] = {"/v1/messages": anthropic_error}
 # The handlers of the routes that relay an answer.
 RELAYED = {
     "/v1/chat/completions": handle_chat,
     "/v1/events": handle_events,
     "/v1/completions": handle_completions,
     "/v1/embeddings": handle_embeddings,
+    "/v1/responses": handle_responses,
+    "/v1/messages": handle_messages,
+    "/v1/messages/count_tokens": handle_count_tokens,
 }
 
 
@@ -130,6 +161,7 @@ class GatewayApp:
             request_id=clean_request_id(named.get(b"x-request-id")) or new_request_id(),
             route=f"{scope['method']} {scope['path'][:MAX_LOGGED_PATH_CHARS]}",
             trace=trace_for(named.get(b"traceparent"), named.get(b"tracestate")),
+            priority_header=named.get(b"x-priority"),
         )
         with request_context(context):
             try:
@@ -191,6 +223,8 @@ class GatewayApp:
             if route.startswith(MODEL_PREFIX) and len(route) > len(MODEL_PREFIX):
                 # /v1/models/{id}: the SDK's models.retrieve. An alias may hold a "/".
                 route, model_id = "/v1/models", route[len(MODEL_PREFIX) :]
+            elif route.startswith(RESPONSE_PREFIX) and len(route) > len(RESPONSE_PREFIX):
+                route, model_id = "/v1/responses/{id}", route[len(RESPONSE_PREFIX) :]
             methods = ROUTES.get(route)
             if methods is None:
                 raise RouteNotFound(f"no route {path}; the routes are {ROUTE_LIST}")
@@ -213,6 +247,8 @@ class GatewayApp:
                     client,
                     session,
                 )
+            elif path == "/v1/responses/{id}" and model_id is not None:
+                await handle_stored(self.router, method, model_id, key, send)
             elif path == "/v1/models" and model_id is not None:
                 await send_json(send, 200, self._model(model_id, key))
             elif path == "/v1/models":
@@ -237,14 +273,16 @@ class GatewayApp:
             return
         except GatewayError as exc:
             self._refused(scope, request_id, key, exc.code, started_wall, started)
-            await send_error(send, exc, [(b"x-request-id", request_id.encode())])
+            named = [(b"x-request-id", request_id.encode())]
+            await send_error(send, exc, named, error_shape(scope["path"]))
         except Exception:
             log.exception("internal error on %s %s (request %s)", method, path, request_id)
             error = InternalError(
                 f"internal error (request {request_id}); the gateway's log has the details",
                 request_id=request_id,
             )
-            await send_error(send, error, [(b"x-request-id", request_id.encode())])
+            named = [(b"x-request-id", request_id.encode())]
+            await send_error(send, error, named, error_shape(scope["path"]))
         finally:
             self.open_requests -= 1
 
@@ -273,8 +311,8 @@ class GatewayApp:
     ) -> None:
         """A metered request that ended before the relay (which records the others), under the
         alias its body named once that was read (chat.read_chat_request)."""
-        kind = METERED_ROUTES.get(scope["path"].rstrip("/"))
-        if kind is None:
+        endpoint = METERED_ROUTES.get(scope["path"].rstrip("/"))
+        if endpoint is None:
             return
         context = current_request()
         record = refused_record(
@@ -285,7 +323,7 @@ class GatewayApp:
             started_at=started_wall,
             duration_s=trio.current_time() - started,
             cancelled=cancelled,
-            endpoint=kind.value,
+            endpoint=endpoint,
         )
         self.router.usage.offer(record)
         count_refused(self.router, record)
@@ -356,6 +394,15 @@ class GatewayApp:
         }
 
 
+def error_shape(path: str) -> ErrorShape:
+    """The error shape of the front a path belongs to (``ERROR_SHAPES``)."""
+    best: tuple[int, ErrorShape] = (0, openai_error_shape)
+    for prefix, shape in ERROR_SHAPES.items():
+        if path.startswith(prefix) and len(prefix) > best[0]:
+            best = (len(prefix), shape)
+    return best[1]
+
+
 def _route_label(path: str) -> str:
     """A bounded label: a route of ROUTES, the model route, or 'other' (never a client's path)."""
     route = path.rstrip("/") or "/"
@@ -363,6 +410,8 @@ def _route_label(path: str) -> str:
         return route
     if route.startswith(MODEL_PREFIX):
         return "/v1/models/{id}"
+    if route.startswith(RESPONSE_PREFIX):
+        return "/v1/responses/{id}"
     return "other"
 
 
@@ -375,7 +424,9 @@ def count_refused(router: Router, record: UsageRecord) -> None:
 
 
 # The request headers the app reads, found in one pass over the headers instead of one each.
-NAMED_HEADERS = frozenset({b"x-request-id", b"traceparent", b"tracestate", b"x-session-id"})
+NAMED_HEADERS = frozenset(
+    {b"x-request-id", b"traceparent", b"tracestate", b"x-session-id", b"x-priority"}
+)
 
 
 def _named_headers(scope: Scope) -> dict[bytes, str]:

@@ -1,8 +1,10 @@
 """Where a front finds the caller's API key, and what the key may do with a request.
 
-Over HTTP the key is ``Authorization: Bearer KEY``. A WebSocket upgrade may carry that header
-too; a browser, which cannot set headers on one, offers the subprotocol ``bearer.KEY``
-alongside ``trio-gateway``, or appends ``?access_token=KEY`` to the URL.
+Over HTTP the key is ``Authorization: Bearer KEY``, or ``x-api-key: KEY`` as Anthropic's
+clients send it (the SDKs, Claude Code): a bearer token wins when both are there. A WebSocket
+upgrade may carry that header too; a browser, which cannot set headers on one, offers the
+subprotocol ``bearer.KEY`` alongside ``trio-gateway``, or appends ``?access_token=KEY`` to the
+URL.
 
 RFC 6455: a server that accepts a subprotocol answers with one the client offered. The gateway
 answers ``trio-gateway`` when it was offered, and never echoes ``bearer.KEY`` (the key would be
@@ -11,13 +13,16 @@ in the response), so a ``bearer.`` subprotocol offered without ``trio-gateway`` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import parse_qs
 
 import attrs
 
 from trio_gateway.accounting.key_store import KeyStore
+from trio_gateway.config.schema import AliasConfig
 from trio_gateway.core.errors import InvalidRequest
 from trio_gateway.core.keys import ApiKey, bearer_token
+from trio_gateway.core.priority import effective_priority
 from trio_gateway.core.request import ChatRequest
 from trio_gateway.fronts.http import Scope, header
 
@@ -30,7 +35,11 @@ def http_key(scope: Scope, keys: KeyStore | None) -> ApiKey | None:
     """The caller's key (None when the gateway serves without keys), or 401."""
     if keys is None:
         return None
-    return keys.authenticate(bearer_token(header(scope, b"authorization")))
+    token = bearer_token(header(scope, b"authorization"))
+    if token is None:
+        api_key = header(scope, b"x-api-key")
+        token = (api_key.decode("latin-1").strip() or None) if api_key is not None else None
+    return keys.authenticate(token)
 
 
 @attrs.frozen(kw_only=True)
@@ -68,6 +77,24 @@ def authorize(request: ChatRequest, key: ApiKey | None) -> ChatRequest:
         return request
     key.check_alias(request.alias)
     return attrs.evolve(request, key_name=key.name)
+
+
+def prioritize(
+    request: ChatRequest,
+    key: ApiKey | None,
+    aliases: Mapping[str, AliasConfig],
+    header: str | None = None,
+) -> ChatRequest:
+    """The request at its priority (core/priority.py): its key's, else its alias's, or the
+    lower one the client asked for with ``x-priority`` (``header``) or the body's ``priority``."""
+    if key is not None and key.priority is not None:
+        own, whose = key.priority, f"key {key.name!r}"
+    else:
+        alias = aliases.get(request.alias)
+        own = alias.priority if alias is not None else 0
+        whose = f"alias {request.alias!r}"
+    priority = effective_priority(own, whose, header, request.body.get("priority"))
+    return attrs.evolve(request, priority=priority) if priority else request
 
 
 def with_session(request: ChatRequest, session_id: str | None) -> ChatRequest:

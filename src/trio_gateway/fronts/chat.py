@@ -10,7 +10,7 @@ import attrs
 import trio
 
 from trio_gateway.config.schema import ServerConfig
-from trio_gateway.core.errors import GatewayError, InternalError
+from trio_gateway.core.errors import ContentFiltered, GatewayError, InternalError
 from trio_gateway.core.events import Event
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.request import (
@@ -23,12 +23,14 @@ from trio_gateway.core.sse import DONE
 from trio_gateway.core.validation import within_depth
 from trio_gateway.dispatch.relay import CLIENT_GONE, DropConnection, Item, Outcome, Watch, relay
 from trio_gateway.dispatch.router import Router
-from trio_gateway.fronts.auth import authorize, with_session
+from trio_gateway.fronts.auth import authorize, prioritize, with_session
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import (
+    ErrorShape,
     Receive,
     Send,
     SSEAnswer,
+    openai_error,
     read_body,
     send_error,
     send_json,
@@ -132,7 +134,9 @@ def read_request(
     context = current_request()
     if context is not None:
         context.alias = known_alias(router, body)
-    return authorize(validate(body, raw), key)
+    request = authorize(validate(body, raw), key)
+    header = context.priority_header if context is not None else None
+    return prioritize(request, key, router.aliases, header)
 
 
 class Accumulator(Protocol):
@@ -159,11 +163,16 @@ class WholeAnswer:
     (or the error that came instead)."""
 
     def __init__(
-        self, send: Send, accumulator: Accumulator, headers: list[tuple[bytes, bytes]]
+        self,
+        send: Send,
+        accumulator: Accumulator,
+        headers: list[tuple[bytes, bytes]],
+        error_shape: ErrorShape = openai_error,
     ) -> None:
         self._send = send
         self._accumulator = accumulator
         self._headers = headers
+        self._error_shape = error_shape
         self._error: GatewayError | None = None
         self.answered = trio.Event()
 
@@ -177,10 +186,11 @@ class WholeAnswer:
     async def end(self) -> None:
         self.answered.set()
         if self._error is not None:
-            await send_error(self._send, self._error, self._headers)
+            await send_error(self._send, self._error, self._headers, self._error_shape)
         elif self._accumulator.finish_reason is None:
             # The producer ended without an answer or an error: only cancellation does that.
-            await send_error(self._send, InternalError("the answer ended early"), self._headers)
+            early = InternalError("the answer ended early")
+            await send_error(self._send, early, self._headers, self._error_shape)
         else:
             await send_json(self._send, 200, self._accumulator.result(), self._headers)
 
@@ -201,33 +211,57 @@ async def handle_chat(
     request = with_session(read_chat_request(router, raw, key), session_id)
     del raw
 
+    encoders: list[ChunkEncoder] = []
+
     def stream(completion_id: str, created: int) -> Encoder:
-        return ChunkEncoder(
+        encoder = ChunkEncoder(
             completion_id=completion_id,
             created=created,
             model=request.alias,
             include_usage=request.include_usage,
         )
+        encoders.append(encoder)
+        return encoder
+
+    def stream_error(error: GatewayError) -> bytes:
+        if isinstance(error, ContentFiltered) and encoders:
+            # A block output filter: the choice ends as OpenAI ends a filtered one, and the
+            # error in band says which filter (the SDK raises it after the finish chunk).
+            return encoders[0].finish_chunk("content_filter") + openai_stream_error(error)
+        return openai_stream_error(error)
 
     def whole(completion_id: str, created: int) -> Accumulator:
         return ResponseAccumulator(
             completion_id=completion_id, created=created, model=request.alias
         )
 
-    answer = Answer(id_prefix="chatcmpl", whole=whole, stream=stream)
+    answer = Answer(id_prefix="chatcmpl", whole=whole, stream=stream, stream_error=stream_error)
     return await serve_request(
         router, server, request, answer, request_id, receive, send, drop_connection, key, client
     )
 
 
+def openai_stream_error(error: GatewayError) -> bytes:
+    """An error once a stream has begun, as the OpenAI fronts write it: an in-band chunk, then
+    the stream's end."""
+    return error_chunk(error) + DONE
+
+
 @attrs.frozen
 class Answer:
     """How a front writes its answers: the id's prefix, a streamed answer's encoder, a whole
-    answer's accumulator (each made from the answer's id and creation time)."""
+    answer's accumulator (each made from the answer's id and creation time), and how it words
+    an error: before anything was sent (``error_shape``), and in band (``stream_error``)."""
 
     id_prefix: str
     whole: Callable[[str, int], Accumulator]
     stream: Callable[[str, int], Encoder] | None = None  # None: the endpoint never streams
+    error_shape: ErrorShape = openai_error
+    stream_error: Callable[[GatewayError], bytes] = openai_stream_error
+    # Written after the last event of a stream (the events front's end marker, say).
+    closing: Callable[[], bytes] = lambda: b""
+    # Headers of its own on every answer (the Responses front's x-gateway-dropped-tools).
+    headers: Sequence[tuple[bytes, bytes]] = ()
 
 
 async def serve_request(
@@ -251,14 +285,16 @@ async def serve_request(
     extra_headers = [(b"x-request-id", request_id.encode())]
     if admission is not None:
         extra_headers += admission.headers
+    extra_headers += answer.headers
 
     sink: SSEAnswer | WholeAnswer
     if request.stream and answer.stream is not None:
         encoder = answer.stream(completion_id, created)
+        stream_error = answer.stream_error
 
         def render(item: Item) -> bytes:
             if isinstance(item, GatewayError):
-                return error_chunk(item) + DONE
+                return stream_error(item)
             return encoder.encode(item)
 
         answered = trio.Event()
@@ -270,9 +306,12 @@ async def serve_request(
             stall_timeout_s=server.client_stall_timeout_s,
             client=client,
             drop=drop_connection,
+            closing=answer.closing,
+            error_shape=answer.error_shape,
         )
     else:
-        sink = WholeAnswer(send, answer.whole(completion_id, created), extra_headers)
+        accumulator = answer.whole(completion_id, created)
+        sink = WholeAnswer(send, accumulator, extra_headers, answer.error_shape)
         answered = sink.answered
 
     watchers, hang_up = client_watch(receive, client, answered)

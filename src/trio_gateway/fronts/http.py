@@ -106,10 +106,23 @@ async def send_bytes(send: Send, status: int, body: bytes, content_type: bytes) 
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+# How a front words an error: its status and JSON body. The gateway's own (OpenAI's shape) by
+# default; the vendor-shaped fronts (``/v1/messages``) word it as their vendor does.
+ErrorShape = Callable[[GatewayError], tuple[int, Any]]
+
+
+def openai_error(error: GatewayError) -> tuple[int, Any]:
+    return error.status, error.to_body()
+
+
 async def send_error(
-    send: Send, error: GatewayError, headers: list[tuple[bytes, bytes]] | None = None
+    send: Send,
+    error: GatewayError,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    shape: ErrorShape = openai_error,
 ) -> None:
-    await send_json(send, error.status, error.to_body(), [*error.headers(), *(headers or [])])
+    status, body = shape(error)
+    await send_json(send, status, body, [*error.headers(), *(headers or [])])
 
 
 def header(scope: Scope, name: bytes) -> bytes | None:
@@ -142,8 +155,10 @@ class SSEAnswer:
         drop: DropConnection | None = None,
         closing: Callable[[], bytes] = lambda: b"",
         extra_sse_headers: list[tuple[bytes, bytes]] | None = None,
+        error_shape: ErrorShape = openai_error,
     ) -> None:
         self._send = send
+        self._error_shape = error_shape
         self._render = render
         self._headers = headers
         self._answered = answered
@@ -166,7 +181,7 @@ class SSEAnswer:
             if isinstance(first, GatewayError):
                 self._ended = True
                 self._answered.set()
-                await send_error(self._send, first, self._headers)
+                await send_error(self._send, first, self._headers, self._error_shape)
                 return
             await self._start()
         render = self._render

@@ -99,17 +99,7 @@ class ChunkEncoder:
             self._usage = event
             return b""
         if isinstance(event, ResponseDone):
-            finish = dict(self._meta)
-            choice = {
-                "index": 0,
-                "delta": {},
-                "logprobs": None,
-                "finish_reason": event.finish_reason,
-            }
-            finish["choices"] = [choice]
-            if self._include_usage:
-                finish["usage"] = None
-            out = encode_event(_dumps(finish))
+            out = self.finish_chunk(event.finish_reason)
             if self._include_usage and self._usage is not None:
                 usage_chunk = dict(self._meta)
                 usage_chunk["choices"] = []
@@ -122,6 +112,15 @@ class ChunkEncoder:
         if isinstance(event, ToolCallDone | ResponseCancelled):
             return b""
         raise TypeError(f"unknown event {event!r}")
+
+    def finish_chunk(self, finish_reason: str) -> bytes:
+        """The chunk that ends the choice (without the usage chunk and ``[DONE]``)."""
+        finish = dict(self._meta)
+        choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish_reason}
+        finish["choices"] = [choice]
+        if self._include_usage:
+            finish["usage"] = None
+        return encode_event(_dumps(finish))
 
 
 class ResponseAccumulator:

@@ -67,7 +67,7 @@ from trio_gateway.dispatch.relay import (
     relay,
 )
 from trio_gateway.dispatch.router import Plan, Router
-from trio_gateway.fronts.auth import authorize, websocket_handshake
+from trio_gateway.fronts.auth import authorize, prioritize, websocket_handshake
 from trio_gateway.fronts.chat import known_alias
 from trio_gateway.fronts.http import JSON_HEADERS, Receive, Scope, Send
 from trio_gateway.fronts.openai_chunks import dumps as json_bytes
@@ -452,6 +452,7 @@ class _Socket:
         request_id = self._front.new_request_id()
         try:
             request = authorize(validate_chat_body(message.body), self._key)
+            request = prioritize(request, self._key, self._front.router.aliases)
             plan = self._front.router.plan(request)
         except GatewayError as exc:
             self._refused(request_id, exc.code, alias)

@@ -30,9 +30,15 @@ import attrs
 import httpx
 import trio
 
-from trio_gateway.core.errors import UpstreamProtocolError, UpstreamUnreachable
+from trio_gateway.core.descriptors import is_exhaustion
+from trio_gateway.core.errors import (
+    DescriptorsExhausted,
+    UpstreamProtocolError,
+    UpstreamUnreachable,
+)
 from trio_gateway.http1.dial import open_tcp_stream
 from trio_gateway.http1.errors import H1Error
+from trio_gateway.http1.exhaustion import note
 from trio_gateway.http1.proxy import Proxy, proxy_for
 from trio_gateway.http1.response import ResponseHead, ResponseParser
 from trio_gateway.http1.tls import trust_context
@@ -226,6 +232,12 @@ class H1Pool:
                 stream = await self._connect(origin)
         except (OSError, trio.BrokenResourceError, ssl.SSLError, ValueError) as exc:
             cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+            if isinstance(cause, OSError) and is_exhaustion(cause):
+                note("dial", cause)
+                raise DescriptorsExhausted(
+                    f"the gateway is out of file descriptors ({os.strerror(cause.errno or 0)})"
+                    f" and cannot reach {name}; retry shortly"
+                ) from None
             raise UpstreamUnreachable(
                 f"{name}: cannot connect ({cause or 'connection refused'})", provider=name
             ) from None

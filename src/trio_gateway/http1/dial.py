@@ -20,6 +20,8 @@ from typing import Any
 
 import trio
 
+from trio_gateway.core.descriptors import is_exhaustion
+
 HAPPY_EYEBALLS_DELAY_S = 0.25  # trio's and RFC 8305's
 
 AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]
@@ -48,7 +50,14 @@ async def open_tcp_stream(host: str, port: int, *, rcvbuf_bytes: int) -> trio.So
 
     async def attempt(target: AddrInfo, failed: trio.Event, won: trio.CancelScope) -> None:
         family, kind, proto, _, address = target
-        sock = trio.socket.socket(family, kind, proto)
+        try:
+            # Inside: at the descriptor limit the socket itself fails (EMFILE), and that must
+            # reach the caller as the OSError it is, not as an exception group of the nursery.
+            sock = trio.socket.socket(family, kind, proto)
+        except OSError as exc:
+            errors.append(exc)
+            failed.set()
+            return
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf_bytes)
             await sock.connect(address)  # closes the socket itself when cancelled
@@ -73,6 +82,9 @@ async def open_tcp_stream(host: str, port: int, *, rcvbuf_bytes: int) -> trio.So
             sock.close()
         raise
     if not connected:
+        exhausted = next((e for e in errors if is_exhaustion(e)), None)
+        if exhausted is not None:
+            raise exhausted  # the gateway's own limit, whatever the other attempts met
         if len(errors) == 1:
             raise errors[0]
         raise OSError(f"all attempts to connect to {host}:{port} failed: {errors[-1]}")

@@ -30,12 +30,16 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState, Framework
 from hypercorn.utils import repr_socket_addr, wrap_app
 
+from trio_gateway.core.descriptors import is_exhaustion
+from trio_gateway.http1.exhaustion import Reserve, note, refuse_one
 from trio_gateway.http1.server import H1Server, OnRefused
 
 log = logging.getLogger("trio_gateway")
 
 Peer = tuple[str, int]
 _RESET_ON_CLOSE = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close sends RST
+# At the descriptor limit with nothing to refuse: trio's own pause (serve_listeners).
+EXHAUSTED_ACCEPT_PAUSE_S = 0.1
 
 
 class Connections:
@@ -93,14 +97,29 @@ def _peer(client: Any) -> Peer | None:
 
 
 class _RecordingListener(trio.abc.Listener[trio.SocketStream]):
-    def __init__(self, inner: trio.SocketListener, connections: Connections) -> None:
-        self._inner = inner
+    """Records each connection (``Connections``); at the descriptor limit, refuses the waiting
+    ones with a 503 (``exhaustion.refuse_one``) instead of leaving them in the backlog, where
+    trio's ``serve_listeners`` would log a traceback every 100 ms."""
+
+    def __init__(self, sock: socket.socket, connections: Connections, reserve: Reserve) -> None:
+        self._sock = sock
+        self._inner = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
         self._connections = connections
+        self._reserve = reserve
 
     async def accept(self) -> trio.SocketStream:
-        stream = await self._inner.accept()
-        self._connections.add(stream)
-        return stream
+        while True:
+            try:
+                stream = await self._inner.accept()
+            except OSError as exc:
+                if not is_exhaustion(exc):
+                    raise
+                note("accept", exc)
+                if not refuse_one(self._sock, self._reserve):
+                    await trio.sleep(EXHAUSTED_ACCEPT_PAUSE_S)
+                continue
+            self._connections.add(stream)
+            return stream
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -156,12 +175,9 @@ async def serve_asgi(
     )
     listeners = []
     binds = []
+    reserve = Reserve()
     for sock in sockets.insecure_sockets:
-        listeners.append(
-            _RecordingListener(
-                trio.SocketListener(trio.socket.from_stdlib_socket(sock)), connections
-            )
-        )
+        listeners.append(_RecordingListener(sock, connections, reserve))
         binds.append(f"http://{repr_socket_addr(sock.family, sock.getsockname())}")
     # The hang-up watch outlives the connections' nursery: a client may leave while draining.
     async with trio.open_nursery() as watching:
@@ -187,6 +203,7 @@ async def serve_asgi(
             except* _Shutdown:
                 pass
             finally:
+                reserve.close()
                 h1.terminate()
                 await context.terminated.set()
                 server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout

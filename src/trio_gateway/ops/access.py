@@ -39,6 +39,8 @@ class RequestContext:
     route: str  # "POST /v1/chat/completions", "WS /v1/ws"
     trace: TraceContext
     status: int | None = None  # HTTP status sent; None for a WebSocket request, or none sent
+    # The client's x-priority header, read by the front with the body (core/priority.py).
+    priority_header: str | None = None
     # Filled in by relay.record (or by the front for a request refused before it).
     alias: str | None = None
     provider: str | None = None

@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from trio_gateway.core.descriptors import TALLY as DESCRIPTORS
 from trio_gateway.ops.log_queue import DROPPED
 
 if TYPE_CHECKING:
@@ -237,6 +238,25 @@ class LogDropCollector(Collector):
         yield dropped
 
 
+class DescriptorCollector(Collector):
+    """``gateway_descriptors_exhausted_total{where}``: times the process was out of file
+    descriptors when accepting a client (``accept``) or dialling an upstream (``dial``), each
+    answered 503 ``overloaded`` (core/descriptors.py). The process's, as the limit is."""
+
+    def __init__(self, read: Callable[[], Mapping[str, int]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        exhausted = CounterMetricFamily(
+            "gateway_descriptors_exhausted",
+            "Times the process was out of file descriptors (EMFILE/ENFILE), by where",
+            labels=["where"],
+        )
+        for where, times in self._read().items():
+            exhausted.add_metric([where], times)
+        yield exhausted
+
+
 class Children(Generic[M]):
     """A labelled metric's children, by their label values. prometheus-client's ``labels()``
     takes a lock and rebuilds its key on every call, and a request made five such calls; a
@@ -317,6 +337,13 @@ class Metrics:
             ["alias", "provider", "kind"],
             registry=registry,
         )
+        self.filter_matches = Counter(
+            "gateway_filter_matches",
+            "Filter matches by alias, filter and action: mask, block (an answer's), refuse (a"
+            " request's input)",
+            ["alias", "filter", "action"],
+            registry=registry,
+        )
         self.config_reloads = Counter(
             "gateway_config_reloads",
             "Config reloads (SIGHUP, trio-gateway reload), by result (applied, rejected)",
@@ -325,8 +352,17 @@ class Metrics:
         )
         for result in ("applied", "rejected"):
             self.config_reloads.labels(result)
+        # The agent fronts (/v1/responses, /v1/messages): what of a request they did not use.
+        self.front_dropped_fields = Counter(
+            "gateway_front_dropped_fields",
+            "Request fields (and built-in tools, 'tool:<type>') a front dropped, by front and "
+            "field ('other' for a field it does not know)",
+            ["front", "field"],
+            registry=registry,
+        )
         registry.register(_LiveCollector(read_providers))
         registry.register(LogDropCollector(DROPPED.by_level))
+        registry.register(DescriptorCollector(DESCRIPTORS.by_place))
         # The series every request touches, looked up without labels() (see Children).
         self._requests = Children(self.requests)
         self._http_requests = Children(self.http_requests)
@@ -337,6 +373,9 @@ class Metrics:
 
     def http_request(self, route: str, status: str) -> None:
         self._http_requests.labels(route, status).inc()
+
+    def front_dropped(self, front: str, field: str) -> None:
+        self.front_dropped_fields.labels(front, field).inc()
 
     def request(self, alias: str, provider: str, outcome: str, code: str) -> None:
         self._requests.labels(alias, provider, outcome, code).inc()

@@ -121,7 +121,7 @@ class Reloader:
         for name in plan.resized:
             self.running[name].resize(new.providers()[name], self._gates)
         running = {name: built.get(name) or self.running[name] for name in new.providers()}
-        self._router.apply(new.aliases, _providers(running), _healths(running))
+        self._router.apply(new.aliases, _providers(running), _healths(running), new.filters)
         self._app.config = new
         if ring is not None and self._app.keys is not None and new.auth.keys_file is not None:
             self._app.keys.replace(new.auth.keys_file, ring, known_aliases=new.aliases.keys())

@@ -16,7 +16,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
 
 from trio_gateway.accounting.admission import open_limits
-from trio_gateway.accounting.ledger import QueuedSink
+from trio_gateway.accounting.ledger import QueuedSink, ledger_path
+from trio_gateway.accounting.response_store import SQLiteResponseStore, open_response_store
 from trio_gateway.accounting.sinks import open_usage_sink
 from trio_gateway.capacity.gate import LeaseBroker
 from trio_gateway.capacity.lease_metrics import LeaseCollector
@@ -26,6 +27,8 @@ from trio_gateway.core.usage import UsageSink
 from trio_gateway.dispatch.live import Gates, Running, open_provider, serve_services
 from trio_gateway.dispatch.router import Provider, Router
 from trio_gateway.fronts.app import GatewayApp
+from trio_gateway.fronts.responses import ResponsesService, attach_responses
+from trio_gateway.fronts.responses_seal import Sealer
 from trio_gateway.http1.listen import Connections, serve_asgi
 from trio_gateway.ops.metrics import ToolCallStopCollector
 from trio_gateway.process.reloader import LoadConfig, Reloader
@@ -242,6 +245,7 @@ async def _serve_gateway(
             {name: r.provider for name, r in running.items()},
             rng=rng,
             health={name: r.health for name, r in running.items() if r.health is not None},
+            filters=config.filters,
         )
         router.usage = usage
         # One Redis client for the gateway's life; it dials again by itself after any failure.
@@ -265,6 +269,11 @@ async def _serve_gateway(
             one.services = await nursery.start(serve_services, one)
         connections = Connections()
         app = GatewayApp(config, router, connections)
+        responses = open_response_store(config, ledger_path(config), redis)
+        if isinstance(responses, SQLiteResponseStore):
+            stack.push_async_callback(responses.aclose)
+        seal_key = config.seal_key.value.encode() if config.seal_key is not None else None
+        attach_responses(router, ResponsesService(responses, Sealer(seal_key)))
         reloader = Reloader(config, running, router, app, gates, nursery, load)
         drain_s = config.server.drain_timeout_s
         # hypercorn's own deadline comes after ours, so answers end with an error event and a

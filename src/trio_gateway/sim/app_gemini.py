@@ -15,6 +15,7 @@ import trio
 
 from . import oauth
 from .errors import ApiError
+from .gemini_signatures import new_key
 from .gemini_wire import (
     GeminiContext,
     GeminiRoute,
@@ -73,6 +74,9 @@ class GeminiHandler:
         self._token_ids = itertools.count(1)
         # access token -> monotonic expiry
         self._tokens: collections.OrderedDict[str, float] = collections.OrderedDict()
+        # Each simulator signs with its own key: another one's signatures are foreign to it,
+        # as they are to Google's other routes and models.
+        self._signing_key = new_key()
 
     @staticmethod
     def handles(path: str) -> bool:
@@ -147,7 +151,7 @@ class GeminiHandler:
             await shell.refuse(send, problem)
             return
         shell.record(scope, body)
-        parsed = parse_generate_request(body, self._config, route)
+        parsed = parse_generate_request(body, self._config, route, signing_key=self._signing_key)
         if isinstance(parsed, ApiError):
             await shell.refuse(send, parsed)
             return
@@ -169,6 +173,7 @@ class GeminiHandler:
             prompt_tokens=request.prompt.tokens,
             include_thoughts=parsed.include_thoughts,
             thinking=request.thinking,
+            signing_key=self._signing_key,
             sse=query.get("alt") == ["sse"],
         )
         with shell.sequence(request, generation) as seq:

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import trio
 
-from .config import DIALECTS, RUNNERS, SimConfig
+from .config import DIALECTS, RUNNERS, SCHEDULING_POLICIES, SimConfig
 from .server import serve_sim
 
 __all__ = ["build_parser", "parse_args", "sim_main"]
@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
             parser.add_argument(_flag(field.name), choices=DIALECTS, help=help_text, **common)
         elif field.name == "runner":
             parser.add_argument(_flag(field.name), choices=RUNNERS, help=help_text, **common)
+        elif field.name == "scheduling_policy":
+            parser.add_argument(
+                _flag(field.name), choices=SCHEDULING_POLICIES, help=help_text, **common
+            )
         elif isinstance(default, int | float):
             parser.add_argument(_flag(field.name), type=type(default), help=help_text, **common)
         else:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import attrs
 from attrs import validators as v
 
-__all__ = ["DIALECTS", "RUNNERS", "SimConfig"]
+__all__ = ["DIALECTS", "RUNNERS", "SCHEDULING_POLICIES", "SimConfig"]
 
 # The wire the simulator speaks; the scripted model and the engine are the same for all.
 DIALECTS = ("vllm", "openai", "anthropic", "gemini")
 RUNNERS = ("generate", "pooling")
+SCHEDULING_POLICIES = ("fcfs", "priority")
 
 _positive_int = [v.instance_of(int), v.ge(1)]
 _non_negative_int = [v.instance_of(int), v.ge(0)]
@@ -42,6 +43,14 @@ class SimConfig:
     model: str = attrs.field(default="Qwen/Qwen3-32B-FP8", validator=v.instance_of(str))
     # --max-num-seqs: sequences decoded at once; the rest wait in an unbounded FIFO.
     max_num_seqs: int = attrs.field(default=8, validator=_positive_int)
+    # --scheduling-policy: "fcfs" serves the waiting queue in arrival order and ignores a
+    # request's `priority`; "priority" serves it by (priority, arrival), lower first, and a
+    # sequence that needs a KV block when none is free preempts the running one of the largest
+    # (priority, arrival) instead of the newest (sched.py).
+    scheduling_policy: str = attrs.field(default="fcfs", validator=v.in_(SCHEDULING_POLICIES))
+    # --num-gpu-blocks-override: the KV cache in 16-token blocks; 0: room for max_num_seqs
+    # sequences of max_model_len (so none is ever preempted).
+    num_gpu_blocks_override: int = attrs.field(default=0, validator=_non_negative_int)
     # --max-model-len: prompt + output tokens of one sequence.
     max_model_len: int = attrs.field(default=4096, validator=[*_positive_int, v.ge(2)])
     # anthropic: the model's output cap, what `max_tokens` may be at most (Anthropic refuses

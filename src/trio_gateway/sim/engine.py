@@ -56,6 +56,7 @@ class SimStats:
     last_request_bodies: tuple[Any, ...]  # oldest first, at most RECORDED_REQUESTS
     last_request_headers: tuple[Mapping[str, str], ...]
     token_grants: int = 0  # access tokens granted by the gemini dialect's `POST /token`
+    preemptions: int = 0  # running sequences put back to wait for lack of KV blocks
 
     def to_json(self, *, bodies: bool = True) -> dict[str, Any]:
         """As JSON; without ``bodies``, the recorded requests (prompts and all) are counted,
@@ -183,6 +184,7 @@ class SimEngine:
             last_request_bodies=tuple(self._bodies),
             last_request_headers=tuple(self._headers),
             token_grants=self._token_grants,
+            preemptions=c.preemptions,
         )
 
     async def wait_until(self, predicate: Callable[[SimStats], bool]) -> SimStats:
@@ -209,6 +211,7 @@ class SimEngine:
         n_tokens: int,
         delays: Mapping[int, float],
         finish_reason: str,
+        priority: int = 0,
     ) -> Iterator[SimSequence]:
         """Queue a sequence; leaving the block removes it from the engine if still there (the
         abort vLLM does when a client goes away)."""
@@ -222,6 +225,7 @@ class SimEngine:
             n_tokens=n_tokens,
             delays=delays,
             finish_reason=finish_reason,
+            priority=priority,
         )
         self._senders[seq_id] = send
         self._sched.add(spec)

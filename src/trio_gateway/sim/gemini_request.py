@@ -12,6 +12,7 @@ import attrs
 
 from .config import SimConfig
 from .errors import ApiError
+from .gemini_signatures import PLACEHOLDERS, decode, issued
 from .request import ChatRequest
 from .text import count_prompt
 from .vendor_models import gemini_refusal, gemini_thinks
@@ -34,6 +35,13 @@ _CONTENT = frozenset({"role", "parts"})
 # https://ai.google.dev/gemini-api/docs/thought-signatures); earlier ones ignore a missing one.
 SIGNING_MODELS = ("gemini-3",)
 SIGNATURES_DOCS = "https://ai.google.dev/gemini-api/docs/thought-signatures"
+# A signature Gemini did not issue, or altered, in each route's words (AI Studio:
+# google-gemini/gemini-cli#13467; Vertex AI: RooCodeInc/Roo-Code#11716), both 400 INVALID_ARGUMENT.
+CORRUPTED_SIGNATURE = "Corrupted thought signature."
+VERTEX_INVALID_SIGNATURE = (
+    "Unable to submit request because Thought signature is not valid.. Learn more: "
+    "https://cloud.google.com/vertex-ai/generative-ai/docs/model-reference/gemini"
+)
 _PART_DATA = frozenset(
     {"text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode",
      "codeExecutionResult"}
@@ -299,7 +307,30 @@ def _check_signatures(turns: list[tuple[str, list[dict[str, Any]]]]) -> None:
             )
 
 
-def _check_contents(contents: Any, *, signatures: bool) -> list[dict[str, Any]]:
+@attrs.frozen(kw_only=True)
+class _Signing:
+    key: bytes  # the simulator's: the signatures it recognises as its own
+    required: bool  # a Gemini 3 model: the current turn's calls must carry theirs
+    vertex: bool  # whose words a bad signature is refused in
+
+
+def _check_signature(value: Any, at: str, signing: _Signing) -> None:
+    """A part's thoughtSignature is a proto ``bytes`` field, parsed first, then verified: Google
+    refuses one it did not issue, or altered, from any turn (the missing check is Gemini 3's)."""
+    if value == "" or value in PLACEHOLDERS:
+        return  # empty bytes are no signature at all
+    raw = decode(value) if isinstance(value, str) else None
+    if raw is None:
+        shown = value if isinstance(value, str) else json.dumps(value)
+        raise _Invalid(
+            f"Invalid value at '{at}.thought_signature' (TYPE_BYTES), Base64 decoding failed "
+            f'for "{shown}"'
+        )
+    if not issued(signing.key, raw):
+        raise _Invalid(VERTEX_INVALID_SIGNATURE if signing.vertex else CORRUPTED_SIGNATURE)
+
+
+def _check_contents(contents: Any, signing: _Signing) -> list[dict[str, Any]]:
     turns = _list(contents, "contents")
     if not turns:
         raise _Invalid("* GenerateContentRequest.contents: contents is not specified")
@@ -315,9 +346,12 @@ def _check_contents(contents: Any, *, signatures: bool) -> list[dict[str, Any]]:
             raise _Invalid(
                 f"* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty."
             )
+        for j, part in enumerate(parts):
+            if "thoughtSignature" in part:
+                _check_signature(part["thoughtSignature"], f"contents[{i}].parts[{j}]", signing)
         checked.append((role, parts))
         messages.append(_normalise(role, parts))
-    if signatures:
+    if signing.required:
         _check_signatures(checked)
     return messages
 
@@ -350,10 +384,11 @@ def _check_generation(config: Any, model: str) -> tuple[int | None, bool, bool]:
     return limit or None, gemini_thinks(thinking), bool(thinking.get("includeThoughts"))
 
 
-def _validate(data: Mapping[str, Any], config: SimConfig, stream: bool) -> GeminiRequest:
+def _validate(
+    data: Mapping[str, Any], config: SimConfig, stream: bool, signing: _Signing
+) -> GeminiRequest:
     fields = _fields(data, _TOP, "")
-    signatures = config.served_model_name.startswith(SIGNING_MODELS)
-    messages = _check_contents(fields.get("contents"), signatures=signatures)
+    messages = _check_contents(fields.get("contents"), signing)
     system = fields.get("systemInstruction")
     if system is not None:
         system_fields = _fields(system, _CONTENT, "system_instruction")
@@ -389,8 +424,9 @@ def _validate(data: Mapping[str, Any], config: SimConfig, stream: bool) -> Gemin
 
 
 def parse_generate_request(
-    body: bytes, config: SimConfig, route: GeminiRoute
+    body: bytes, config: SimConfig, route: GeminiRoute, *, signing_key: bytes
 ) -> GeminiRequest | ApiError:
+    """The request, or Google's refusal; `signing_key` is the one the simulator signs with."""
     if route.model != config.served_model_name:
         if route.vertex:
             name = (
@@ -413,7 +449,12 @@ def parse_generate_request(
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return google_error(400, "Invalid JSON payload received. Unexpected token.")
+    signing = _Signing(
+        key=signing_key,
+        required=config.served_model_name.startswith(SIGNING_MODELS),
+        vertex=route.vertex,
+    )
     try:
-        return _validate(data, config, route.stream)
+        return _validate(data, config, route.stream, signing)
     except _Invalid as problem:
         return google_error(400, str(problem))

@@ -11,8 +11,6 @@ plays OpenAI's `tool` message). Here: the answer, streamed or whole, and scripte
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 from typing import Any
 
@@ -27,6 +25,7 @@ from .gemini_request import (
     parse_generate_request,
     parse_route,
 )
+from .gemini_signatures import sign
 from .script import Fault, Generation
 from .wire import dumps
 
@@ -80,6 +79,7 @@ class GeminiContext:
     prompt_tokens: int
     include_thoughts: bool
     thinking: bool
+    signing_key: bytes  # the simulator's own: what it signs, it recognises (gemini_signatures)
     sse: bool = True  # streamGenerateContent?alt=sse; else one JSON array, streamed
 
 
@@ -96,16 +96,16 @@ def _usage(ctx: GeminiContext, output: int, thoughts: int, cached: int) -> dict[
     return usage
 
 
-def _call_part(name: str, arguments: str, signed: bool) -> dict[str, Any]:
+def _call_part(ctx: GeminiContext, name: str, arguments: str, signed: bool) -> dict[str, Any]:
     try:
         args = json.loads(arguments)
     except ValueError:
         args = {}  # a scripted invalid-JSON argument string has no functionCall form
     part: dict[str, Any] = {"functionCall": {"name": name, "args": args}}
     if signed:
-        # 2.5-class models sign the first function call of a turn after thinking.
-        digest = hashlib.sha256(f"{name}|{arguments}".encode()).digest()
-        part["thoughtSignature"] = base64.b64encode(digest).decode()
+        # Thinking models sign the first function call of a step.
+        seed = f"{ctx.response_id}|{name}|{arguments}"
+        part["thoughtSignature"] = sign(ctx.signing_key, seed)
     return part
 
 
@@ -123,9 +123,9 @@ class _Parts:
             return []
         name, pieces = self._call
         self._call = None
-        sign = self._ctx.thinking and not self._signed
+        signed = self._ctx.thinking and not self._signed
         self._signed = True
-        return [_call_part(name, "".join(pieces), sign)]
+        return [_call_part(self._ctx, name, "".join(pieces), signed)]
 
     def add(self, kind: str, text: str) -> list[dict[str, Any]]:
         if kind == "tool_args" and self._call is not None:

@@ -38,6 +38,9 @@ class ChatRequest:
     prompt: PromptInfo
     # Qwen3 writes "\n\n" after its thinking; the cloud models' text starts right away.
     blank_after_think: bool = True
+    # vLLM's `priority`, lower first; accepted under either scheduling policy (vLLM 0.32
+    # ignores it under "fcfs" rather than refusing it), read under "priority".
+    priority: int = 0
 
 
 def _decode(body: bytes) -> dict[str, Any] | ApiError:
@@ -68,7 +71,7 @@ def _check_types(data: Mapping[str, Any]) -> ApiError | None:
             return errors.validation_error(
                 "bool_parsing", (name,), "Input should be a valid boolean"
             )
-    for name in ("max_tokens", "max_completion_tokens"):
+    for name in ("max_tokens", "max_completion_tokens", "priority"):
         value = data.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             return errors.validation_error("int_type", (name,), "Input should be a valid integer")
@@ -159,4 +162,5 @@ def chat_request_from(
         parallel_tool_calls=data.get("parallel_tool_calls") is not False,
         prompt=prompt,
         blank_after_think=blank_after_think,
+        priority=data.get("priority") or 0,
     )

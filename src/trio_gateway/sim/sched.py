@@ -2,8 +2,16 @@
 
 The model of a vLLM engine, reduced to what a gateway can observe:
 
-- at most `max_num_seqs` sequences run; the rest wait in an unbounded FIFO (vLLM never says
-  "full": the queue and the time to first token grow instead);
+- at most `max_num_seqs` sequences run; the rest wait in an unbounded queue (vLLM never says
+  "full": the queue and the time to first token grow instead), in arrival order, or with
+  `scheduling_policy = "priority"` by (priority, arrival), lower first (vLLM's
+  `PriorityRequestQueue`); a running sequence is never preempted to let a waiting one in;
+- the KV cache holds `num_gpu_blocks_override` 16-token blocks (by default room for every
+  running sequence at full length): a sequence is admitted only when its prompt's blocks are
+  free, and one that needs a block for its next token when none is free preempts, as vLLM
+  does, the newest running sequence (fcfs) or the one of the largest (priority, arrival),
+  possibly itself; a preempted sequence waits again and, readmitted, prefills its prompt and
+  the tokens it had already generated (vLLM's recompute) before going on;
 - admitting a sequence costs a prefill of its uncached prompt tokens; the prefix cache
   remembers 16-token blocks (LRU, bounded) and counts queries and hits in tokens;
 - one decode step gives one token to every ready running sequence and takes
@@ -34,15 +42,23 @@ class SeqSpec:
     n_tokens: int  # tokens to generate; the sequence finishes after the last one
     delays: Mapping[int, float] = attrs.field(factory=dict)  # token index -> pause before it
     finish_reason: str = "stop"  # for the per-reason success counter only
+    priority: int = 0  # vLLM's request priority, lower first (read under "priority" only)
 
 
-@attrs.define
+@attrs.define(eq=False)  # identity: the queues remove this very sequence
 class _Seq:
     spec: SeqSpec
     generated: int = 0
     resume_at: float = 0.0
     client_left: bool = False
     cached_tokens: int = 0  # prompt tokens the prefix cache had at admission
+
+    def order(self) -> tuple[int, int]:
+        """vLLM's Request ordering under the priority policy: (priority, arrival)."""
+        return (self.spec.priority, self.spec.seq_id)
+
+    def blocks(self, extra: int = 0) -> int:
+        return math.ceil((self.spec.prompt_tokens + self.generated + extra) / BLOCK_TOKENS)
 
 
 @attrs.frozen(kw_only=True)
@@ -67,6 +83,7 @@ class Counters:
     prefix_cache_hits: int = 0
     max_running_seen: int = 0
     max_waiting_seen: int = 0
+    preemptions: int = 0
     finished_by_reason: dict[str, int] = attrs.Factory(dict)
 
 
@@ -76,9 +93,10 @@ class Scheduler:
         self._waiting: collections.deque[_Seq] = collections.deque()
         self._running: dict[int, _Seq] = {}
         self._cache: collections.OrderedDict[int, None] = collections.OrderedDict()
-        self._kv_capacity_blocks = config.max_num_seqs * math.ceil(
-            config.max_model_len / BLOCK_TOKENS
+        self._kv_capacity_blocks = config.num_gpu_blocks_override or (
+            config.max_num_seqs * math.ceil(config.max_model_len / BLOCK_TOKENS)
         )
+        self._by_priority = config.scheduling_policy == "priority"
         self.counters = Counters()
 
     # ---- observation ----
@@ -101,11 +119,10 @@ class Scheduler:
 
     def kv_cache_usage(self) -> float:
         """Fraction of the KV blocks the running sequences hold (0..1, as vLLM reports)."""
-        used = sum(
-            math.ceil((s.spec.prompt_tokens + s.generated) / BLOCK_TOKENS)
-            for s in self._running.values()
-        )
-        return min(1.0, used / self._kv_capacity_blocks)
+        return min(1.0, self._used_blocks() / self._kv_capacity_blocks)
+
+    def _used_blocks(self) -> int:
+        return sum(s.blocks() for s in self._running.values())
 
     def reset_counters(self) -> None:
         self.counters = Counters(
@@ -142,19 +159,58 @@ class Scheduler:
         self._count_finish("abort")
         return True
 
+    def _next_waiting(self) -> _Seq:
+        if self._by_priority:
+            return min(self._waiting, key=_Seq.order)
+        return self._waiting[0]
+
+    def _make_room(self) -> tuple[int, bool]:
+        """vLLM's preemption: each running sequence (in admission order) that needs a new KV
+        block for its next token when none is free frees one by preempting a victim. Returns
+        the blocks left once the running ones have their next, and whether any was preempted."""
+        free = self._kv_capacity_blocks - self._used_blocks()
+        before = self.counters.preemptions
+        for seq in list(self._running.values()):
+            if seq.spec.seq_id not in self._running:
+                continue  # preempted a moment ago, as a victim
+            grow = seq.blocks(1) - seq.blocks()
+            while grow > free:
+                running = list(self._running.values())
+                victim = max(running, key=_Seq.order) if self._by_priority else running[-1]
+                del self._running[victim.spec.seq_id]
+                free += victim.blocks()
+                self._waiting.appendleft(victim)  # vLLM prepends; "priority" reorders anyway
+                self.counters.preemptions += 1
+                if victim is seq:
+                    break
+            else:
+                free -= grow
+        return free, self.counters.preemptions > before
+
     def admit(self, now: float) -> int:
-        """Move waiting sequences into free slots, FIFO. Returns the prompt tokens to prefill
-        (those the prefix cache did not have)."""
+        """Preempt where the KV cache is full, then move waiting sequences into free slots
+        (in arrival order, or by priority) while their blocks fit. Returns the tokens to
+        prefill: uncached prompt tokens, and a preempted sequence's generated ones again."""
+        free, preempted = self._make_room()
         to_prefill = 0
-        while self._waiting and len(self._running) < self._config.max_num_seqs:
-            seq = self._waiting.popleft()
+        # As vLLM: no waiting sequence is scheduled in a step that had to preempt.
+        while not preempted and self._waiting and len(self._running) < self._config.max_num_seqs:
+            seq = self._next_waiting()
+            if seq.blocks() > free:
+                break  # vLLM stops admitting at the first that does not fit
+            free -= seq.blocks()
+            self._waiting.remove(seq)
             hits = self._lookup_prefix(seq.spec.block_hashes)
-            to_prefill += seq.spec.prompt_tokens - hits
-            seq.cached_tokens = hits
-            self.counters.prompt_tokens += seq.spec.prompt_tokens
-            # vLLM counts queries in prompt tokens, hits in cached tokens.
-            self.counters.prefix_cache_queries += seq.spec.prompt_tokens
-            seq.resume_at = now + seq.spec.delays.get(0, 0.0)
+            if seq.generated:
+                # Readmitted after a preemption: its KV is recomputed, output included.
+                to_prefill += seq.spec.prompt_tokens - hits + seq.generated
+            else:
+                to_prefill += seq.spec.prompt_tokens - hits
+                seq.cached_tokens = hits
+                self.counters.prompt_tokens += seq.spec.prompt_tokens
+                # vLLM counts queries in prompt tokens, hits in cached tokens.
+                self.counters.prefix_cache_queries += seq.spec.prompt_tokens
+            seq.resume_at = now + seq.spec.delays.get(seq.generated, 0.0)
             self._running[seq.spec.seq_id] = seq
         self.counters.max_running_seen = max(self.counters.max_running_seen, self.running)
         return to_prefill

@@ -271,8 +271,17 @@ def _message_text(content: Any) -> str:
 
 
 def extract_script(messages: Sequence[Mapping[str, Any]]) -> Script | None:
-    """The script of the last user message, if it has one."""
+    """The script of the last user message, if it has one; or of a tool result among the
+    messages that end the conversation: a real agent's tool loop (Codex, Claude Code) ends
+    when its tool's output says what the model answers next."""
+    trailing = True
     for message in reversed(messages):
+        if message.get("role") == "tool" and trailing:
+            match = _SCRIPT_RE.search(_message_text(message.get("content")))
+            if match is not None:
+                return parse_script(match.group(1))
+            continue
+        trailing = False
         if message.get("role") == "user":
             match = _SCRIPT_RE.search(_message_text(message.get("content")))
             return None if match is None else parse_script(match.group(1))

@@ -157,6 +157,7 @@ class Shell:
             n_tokens=len(generation.tokens),
             delays=delays,
             finish_reason=generation.finish_reason,
+            priority=request.priority,
         ) as seq:
             yield seq
 

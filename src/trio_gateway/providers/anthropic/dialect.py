@@ -122,6 +122,7 @@ class AnthropicStreamParser:
         self._tool_count = 0
         self._details = 0  # reasoning details given so far: the next one's index
         self._stop_reason: str | None = None
+        self._stop_sequence: str | None = None
         self._input_tokens = 0
         self._cache_read: int | None = None
         self._cache_creation: int | None = None
@@ -374,6 +375,9 @@ class AnthropicStreamParser:
         stop_reason = delta.get("stop_reason")
         if stop_reason is not None:
             self._stop_reason = self._text(stop_reason, "stop_reason")
+        stop_sequence = delta.get("stop_sequence")
+        if isinstance(stop_sequence, str) and stop_sequence:
+            self._stop_sequence = stop_sequence
         usage = payload.get("usage")
         self._usage(usage)
         # message_delta's output count is cumulative and final: exact from here on.
@@ -389,7 +393,8 @@ class AnthropicStreamParser:
             finish_reason = "tool_calls"
         events: list[Event] = list(self._tool_calls.finish())
         events.append(self._usage_event())
-        events.append(ResponseDone(finish_reason=finish_reason))
+        stop_sequence = self._stop_sequence if finish_reason == "stop" else None
+        events.append(ResponseDone(finish_reason=finish_reason, stop_sequence=stop_sequence))
         return events
 
     def _usage_event(self) -> Usage:
@@ -432,7 +437,8 @@ def parse_whole(provider: str, body: bytes) -> list[Event]:
             {"type": "content_block_start", "index": index, "content_block": block}
         )
         events += parser.handle({"type": "content_block_stop", "index": index})
-    delta = {"type": "message_delta", "delta": {"stop_reason": message.get("stop_reason")}}
+    stops = {key: message.get(key) for key in ("stop_reason", "stop_sequence")}
+    delta = {"type": "message_delta", "delta": stops}
     events += parser.handle(delta | {"usage": usage})
     events += parser.handle({"type": "message_stop"})
     return events

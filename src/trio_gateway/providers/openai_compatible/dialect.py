@@ -19,22 +19,20 @@ from trio_gateway.core.errors import GatewayError, UpstreamProtocolError
 from trio_gateway.core.events import (
     Event,
     ReasoningDelta,
-    ResponseDone,
     ResponseStarted,
     TextDelta,
     ToolCallDelta,
-    Usage,
 )
 from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.request import GATEWAY_FIELDS, ChatRequest
-from trio_gateway.core.sse import SSEEvent, json_data
+from trio_gateway.core.sse import json_data
 from trio_gateway.core.toolcalls import ToolCallAssembler
-from trio_gateway.core.usage import PartialUsage
 from trio_gateway.providers.dialect import UpstreamCall
 from trio_gateway.providers.errors import classify_inband, classify_status
 from trio_gateway.providers.openai_compatible.endpoints import MAX_EMBEDDINGS_BYTES, KindReader
+from trio_gateway.providers.openai_compatible.stream_state import OpenAIStream
 from trio_gateway.providers.openai_compatible.usage import parse_usage
-from trio_gateway.providers.output_caps import held_output_tokens
+from trio_gateway.providers.output_caps import held_output_tokens, known_output_cap
 from trio_gateway.providers.translate import without_reasoning_details
 
 # Fields vLLM accepts and silently ignores: stripped, so "ignored" never looks like "applied".
@@ -56,14 +54,25 @@ JSON_CALL_HEADERS: Mapping[str, str] = MappingProxyType(
 _ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
-def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
-    """The body sent upstream. The upstream is always asked to stream, with usage."""
+def _client_fields(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
+    """What of the client's body goes upstream as it is; with ``priority_scheduling``, the
+    request's priority as vLLM's ``priority`` (a client's own is a gateway field, never sent:
+    core/priority.py)."""
     strip = provider.strip_fields
     body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
+    if provider.priority_scheduling:
+        body["priority"] = request.priority
+    return body
+
+
+def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
+    """The body sent upstream. The upstream is always asked to stream, with usage."""
+    body = _client_fields(request, provider)
     if "messages" in body:
         body["messages"] = without_reasoning_details(body["messages"])
     body["model"] = provider.model
     body["stream"] = True
+    _clamp_output(body, provider)
     # Without include_usage vLLM reports no token counts at all on a stream; with
     # continuous_usage_stats every chunk carries the cumulative counts, so a stream cut short is
     # billed exactly up to its last chunk. The front decides whether the client sees usage.
@@ -76,7 +85,20 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
     return body
 
 
-class ChunkParser:
+def _clamp_output(body: dict[str, Any], provider: ProviderConfig) -> None:
+    """The client's output limit, lowered to the provider's ``max_output_tokens`` when the
+    operator set it: vLLM refuses a ``max_tokens`` above its ``max_model_len``, and agents ask
+    for more than a small context holds (Claude Code: 32000 on every turn)."""
+    cap = known_output_cap(provider)
+    if cap is None:
+        return
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if type(value) is int and value > cap:
+            body[key] = cap
+
+
+class ChunkParser(OpenAIStream):
     """One upstream stream's ``chat.completion.chunk`` payloads → gateway events.
 
     Feed each SSE ``data`` payload to :meth:`feed`; :meth:`close` at the end of the byte stream.
@@ -84,39 +106,8 @@ class ChunkParser:
     """
 
     def __init__(self, provider: str) -> None:
-        self._provider = provider
-        self._started = False
-        self._finish_reason: str | None = None
-        self._done = False
+        super().__init__(provider)
         self._tool_calls = ToolCallAssembler()
-        # The latest cumulative usage object (vLLM's continuous_usage_stats: on every chunk),
-        # kept as decoded and parsed only if the stream is cut; and the fragments streamed since.
-        self._usage: dict[str, Any] | None = None
-        self._unmetered = 0
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def usage_so_far(self) -> PartialUsage | None:
-        """Exact while the last chunk carried cumulative usage (vLLM with
-        continuous_usage_stats); else the last count plus one token per fragment streamed after
-        it (OpenAI and vLLM send one token per chunk), marked estimated."""
-        if not self._started:
-            return None
-        usage = parse_usage(self._usage) if self._usage is not None else Usage(0, 0)
-        if not self._unmetered:
-            return PartialUsage(usage, estimated=self._usage is None)
-        usage = Usage(
-            usage.prompt_tokens,
-            usage.completion_tokens + self._unmetered,
-            usage.reasoning_tokens,
-            usage.cached_tokens,
-        )
-        return PartialUsage(usage, estimated=True)
-
-    def feed(self, event: SSEEvent) -> list[Event]:
-        return self.feed_data(event.data)
 
     def feed_data(self, data: bytes) -> list[Event]:
         if data == b"[DONE]":
@@ -193,6 +184,9 @@ class ChunkParser:
         finish_reason = self._text(choice.get("finish_reason"), "finish_reason")
         if finish_reason:
             self._finish_reason = finish_reason
+            stop_reason = choice.get("stop_reason")
+            if isinstance(stop_reason, str) and stop_reason:
+                self._stop_sequence = stop_reason
             events.extend(self._tool_calls.finish())
 
     def _tool_call(self, fragment: object) -> ToolCallDelta:
@@ -215,27 +209,6 @@ class ChunkParser:
         except ValueError as exc:
             raise self._malformed(str(exc)) from None
         return event
-
-    def _finish(self) -> list[Event]:
-        self._done = True
-        if self._finish_reason is None:
-            raise UpstreamProtocolError(
-                f"{self._provider} ended the stream without a finish_reason",
-                provider=self._provider,
-            )
-        return [ResponseDone(finish_reason=self._finish_reason)]
-
-    def close(self) -> list[Event]:
-        """The byte stream ended. Without ``[DONE]`` the answer may be cut short."""
-        if self._done:
-            return []
-        if self._finish_reason is not None:
-            # Finished but no [DONE]: some servers omit it; the answer is whole.
-            return self._finish()
-        raise UpstreamProtocolError(
-            f"{self._provider} closed the stream before the answer finished",
-            provider=self._provider,
-        )
 
 
 def parse_completion(provider: str, body: bytes) -> list[Event]:
@@ -272,8 +245,7 @@ def parse_completion(provider: str, body: bytes) -> list[Event]:
 
 def build_completions_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
     """A ``/v1/completions`` body: streamed with usage, as a chat body is."""
-    strip = provider.strip_fields
-    body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
+    body = _client_fields(request, provider)
     body["model"] = provider.model
     body["stream"] = True
     body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
@@ -282,8 +254,7 @@ def build_completions_body(request: ChatRequest, provider: ProviderConfig) -> di
 
 def build_embeddings_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]:
     """A ``/v1/embeddings`` body: the client's, for the provider's model (nothing streams)."""
-    strip = provider.strip_fields
-    body = {k: v for k, v in request.body.items() if k not in DROPPED_FIELDS and k not in strip}
+    body = _client_fields(request, provider)
     body["model"] = provider.model
     return body
 
@@ -337,7 +308,9 @@ class OpenAICompatibleDialect:
             return per_choice * completion_choices(request.body)
         # The client's limit goes as is (OpenAI: as max_completion_tokens); without one, the
         # model's cap (vLLM: the context left, unknown here: see held_output_tokens).
-        return held_output_tokens(request.body, provider)
+        held = held_output_tokens(request.body, provider)
+        cap = known_output_cap(provider)
+        return held if cap is None else min(held, cap)
 
     def new_parser(self, provider: str) -> ChunkParser:
         return ChunkParser(provider)

@@ -32,6 +32,7 @@ from trio_gateway.core.sse import SSEEvent, json_data
 from trio_gateway.core.usage import PartialUsage
 from trio_gateway.providers.dialect import StreamParser
 from trio_gateway.providers.errors import classify_inband, error_message_and_param
+from trio_gateway.providers.openai_compatible.stream_state import OpenAIStream
 from trio_gateway.providers.openai_compatible.usage import parse_usage
 
 # Choices one completion may hold: OpenAI's 2,048 prompts (core/endpoints.py) times its n <= 128.
@@ -42,37 +43,13 @@ MAX_CHOICES = 2048 * 128
 MAX_EMBEDDINGS_BYTES = 64 * 1024 * 1024
 
 
-class CompletionParser:
+class CompletionParser(OpenAIStream):
     """One upstream stream's ``text_completion`` chunks → events (``StreamParser``).
 
     Each choice's text comes as :class:`CompletionText` with its ``index``; the answer is
     done at ``[DONE]`` once some choice has finished. Usage as the chat parser keeps it: the
     latest cumulative counts (vLLM's ``continuous_usage_stats``), the closing chunk's total.
     """
-
-    def __init__(self, provider: str) -> None:
-        self._provider = provider
-        self._started = False
-        self._finish_reason: str | None = None
-        self._done = False
-        self._usage: dict[str, Any] | None = None
-        self._unmetered = 0
-
-    @property
-    def done(self) -> bool:
-        return self._done
-
-    def usage_so_far(self) -> PartialUsage | None:
-        if not self._started:
-            return None
-        usage = parse_usage(self._usage) if self._usage is not None else Usage(0, 0)
-        if not self._unmetered:
-            return PartialUsage(usage, estimated=self._usage is None)
-        usage = Usage(usage.prompt_tokens, usage.completion_tokens + self._unmetered)
-        return PartialUsage(usage, estimated=True)
-
-    def feed(self, event: SSEEvent) -> list[Event]:
-        return self.feed_data(event.data)
 
     def feed_data(self, data: bytes) -> list[Event]:
         if data == b"[DONE]":
@@ -128,25 +105,6 @@ class CompletionParser:
     def _malformed(self, what: str) -> UpstreamProtocolError:
         return UpstreamProtocolError(
             f"{self._provider} sent a malformed completion chunk: {what}", provider=self._provider
-        )
-
-    def _finish(self) -> list[Event]:
-        self._done = True
-        if self._finish_reason is None:
-            raise UpstreamProtocolError(
-                f"{self._provider} ended the stream without a finish_reason",
-                provider=self._provider,
-            )
-        return [ResponseDone(finish_reason=self._finish_reason)]
-
-    def close(self) -> list[Event]:
-        if self._done:
-            return []
-        if self._finish_reason is not None:
-            return self._finish()
-        raise UpstreamProtocolError(
-            f"{self._provider} closed the stream before the answer finished",
-            provider=self._provider,
         )
 
 

@@ -1,0 +1,124 @@
+"""``POST /v1/messages`` and ``POST /v1/messages/count_tokens``: Anthropic's Messages API in
+front of every alias, on the chat front's path (``chat.serve_request``): the same routing,
+admission, keys, budgets, usage records (``endpoint = "messages"``) and cancellation. The
+body is translated into a chat body (``messages_request.py``), the answer's events into
+Anthropic's (``messages_events.py``); no provider is known here."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import attrs
+
+from trio_gateway.config.schema import ServerConfig
+from trio_gateway.core.keys import ApiKey
+from trio_gateway.core.request import ChatRequest, read_chat_json, validate_chat_body
+from trio_gateway.core.usage import estimate_prompt_tokens, estimate_tokens
+from trio_gateway.dispatch.relay import DropConnection, Outcome
+from trio_gateway.dispatch.router import Router
+from trio_gateway.dispatch.routing import resolve_alias
+from trio_gateway.fronts.auth import authorize, with_session
+from trio_gateway.fronts.chat import Accumulator, Answer, Encoder, known_alias, serve_request
+from trio_gateway.fronts.direct import ClientSocket
+from trio_gateway.fronts.http import Receive, Send, read_body, send_json
+from trio_gateway.fronts.messages_events import (
+    MessageAccumulator,
+    MessageBuilder,
+    MessageEncoder,
+    anthropic_error,
+    anthropic_stream_error,
+)
+from trio_gateway.fronts.messages_request import FRONT, Translated, translate
+from trio_gateway.ops.access import current as current_request
+
+log = logging.getLogger("trio_gateway")
+
+
+def _read(router: Router, raw: bytes, *, count_only: bool = False) -> Translated:
+    """The body, translated; the alias it names goes into the request's context first, as
+    ``chat.read_request`` does, so a refusal is recorded under it."""
+    body = read_chat_json(raw)
+    context = current_request()
+    if context is not None:
+        context.alias = known_alias(router, body)
+    translated = translate(body, count_only=count_only)
+    for label, name in translated.dropped:
+        log.debug("messages: dropped %r (not translated for the chat shape)", name)
+        router.metrics.front_dropped(FRONT, label)
+    return translated
+
+
+def messages_request(router: Router, raw: bytes, key: ApiKey | None) -> ChatRequest:
+    translated = _read(router, raw)
+    request = validate_chat_body(translated.body)
+    request = attrs.evolve(request, front=FRONT)
+    return with_session(authorize(request, key), translated.session_id)
+
+
+async def handle_messages(
+    router: Router,
+    server: ServerConfig,
+    request_id: str,
+    receive: Receive,
+    send: Send,
+    drop_connection: DropConnection | None = None,
+    key: ApiKey | None = None,
+    client: ClientSocket | None = None,
+    session_id: str | None = None,
+) -> Outcome:
+    raw = await read_body(receive, server.max_body_bytes)
+    request = messages_request(router, raw, key)
+    # The client's x-session-id header wins over the one in metadata.user_id.
+    request = with_session(request, session_id)
+    del raw
+    alias = request.alias
+    # message_start carries the input tokens before the vendor counted them: the estimate,
+    # replaced by the count in message_delta.
+    estimate = request.prompt_estimate()
+
+    def builder(message_id: str) -> MessageBuilder:
+        return MessageBuilder(message_id=message_id, model=alias, input_tokens=estimate)
+
+    def stream(message_id: str, created: int) -> Encoder:
+        return MessageEncoder(builder(message_id))
+
+    def whole(message_id: str, created: int) -> Accumulator:
+        return MessageAccumulator(builder(message_id))
+
+    answer = Answer(
+        id_prefix="msg",
+        whole=whole,
+        stream=stream,
+        error_shape=anthropic_error,
+        stream_error=anthropic_stream_error,
+    )
+    return await serve_request(
+        router, server, request, answer, request_id, receive, send, drop_connection, key, client
+    )
+
+
+async def handle_count_tokens(
+    router: Router,
+    server: ServerConfig,
+    request_id: str,
+    receive: Receive,
+    send: Send,
+    drop_connection: DropConnection | None = None,
+    key: ApiKey | None = None,
+    client: ClientSocket | None = None,
+    session_id: str | None = None,
+) -> None:
+    """``{"input_tokens": N}``: the gateway's own estimate of the prompt (the one budgets hold),
+    not a vendor's count; nothing is sent upstream."""
+    raw = await read_body(receive, server.max_body_bytes)
+    translated = _read(router, raw, count_only=True)
+    del raw
+    request = authorize(validate_chat_body(translated.body), key)
+    alias = resolve_alias(router.aliases, request.alias)
+    types = {p.type for p in alias.providers}
+    tokens = estimate_prompt_tokens(translated.body["messages"], types or (None,))
+    if "tools" in translated.body:
+        tools = json.dumps(translated.body["tools"], ensure_ascii=False)
+        tokens += estimate_tokens(len(tools))
+    await send_json(send, 200, {"input_tokens": tokens}, [(b"request-id", request_id.encode())])

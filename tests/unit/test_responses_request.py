@@ -1,0 +1,325 @@
+"""``fronts/responses_request.py``: Responses bodies → chat bodies, table by table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
+from trio_gateway.core.request import validate_chat_body
+from trio_gateway.fronts.responses_request import flat_name, parse_responses_body
+from trio_gateway.fronts.responses_seal import Sealer
+
+SEALER = Sealer()
+
+
+def parse(body: dict[str, Any], **kwargs: Any) -> Any:
+    return parse_responses_body({"model": "m", **body}, opener=SEALER.open, **kwargs)
+
+
+def messages(body: dict[str, Any], **kwargs: Any) -> list[dict[str, Any]]:
+    parsed = parse(body, **kwargs)
+    # Every translation is a chat body the gateway's own validation takes.
+    validate_chat_body(parsed.chat)
+    result: list[dict[str, Any]] = parsed.chat["messages"]
+    return result
+
+
+def test_a_string_input_and_instructions() -> None:
+    assert messages({"input": "hi", "instructions": "be brief"}) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "hi"},
+    ]
+
+
+def test_message_items_of_every_role() -> None:
+    items = [
+        {"role": "developer", "content": "rules"},
+        {"type": "message", "role": "system", "content": [{"type": "input_text", "text": "s"}]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "look"},
+                {"type": "input_image", "image_url": "https://x/y.png", "detail": "low"},
+            ],
+        },
+        {"role": "assistant", "content": [{"type": "output_text", "text": "a picture"}]},
+        {"role": "user", "content": "thanks"},
+    ]
+    assert messages({"input": items}) == [
+        {"role": "system", "content": "rules"},
+        {"role": "system", "content": "s"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "low"}},
+            ],
+        },
+        {"role": "assistant", "content": "a picture"},
+        {"role": "user", "content": "thanks"},
+    ]
+
+
+def test_a_turn_of_reasoning_text_and_calls_is_one_assistant_message() -> None:
+    details = [{"type": "reasoning.text", "text": "t", "signature": "s", "format": "f", "index": 0}]
+    items = [
+        {"role": "user", "content": "go"},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [],
+            "encrypted_content": SEALER.seal(details),
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "ok"}],
+        },
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a":1}'},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {
+            "type": "function_call_output",
+            "call_id": "c2",
+            "output": [{"type": "input_text", "text": "two"}],
+        },
+    ]
+    tools = [{"type": "function", "name": n, "parameters": {"type": "object"}} for n in "fg"]
+    assert messages({"input": items, "tools": tools}) == [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": "ok",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}},
+                {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+            ],
+            "reasoning_details": details,
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "one"},
+        {"role": "tool", "tool_call_id": "c2", "content": "two"},
+    ]
+
+
+def test_reasoning_sealed_elsewhere_is_dropped_and_counted() -> None:
+    other = Sealer().seal([{"type": "reasoning.encrypted", "data": "d", "format": "f"}])
+    items = [
+        {"role": "user", "content": "go"},
+        {"type": "reasoning", "summary": [], "encrypted_content": other},
+        {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-openai-s-own"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+    ]
+    parsed = parse({"input": items, "tools": [{"type": "function", "name": "f"}]})
+    assert "reasoning_details" not in parsed.chat["messages"][1]
+    assert parsed.dropped_fields.count("reasoning_unopened") == 2
+
+
+def test_settings_map_to_chat_fields() -> None:
+    parsed = parse(
+        {
+            "input": "x",
+            "tools": [{"type": "function", "name": "f", "description": "d", "strict": True}],
+            "tool_choice": {"type": "function", "name": "f"},
+            "parallel_tool_calls": False,
+            "reasoning": {"effort": "high", "summary": "auto"},
+            "max_output_tokens": 99,
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "stream": True,
+            "text": {"format": {"type": "json_schema", "name": "n", "schema": {"type": "object"}}},
+            "prompt_cache_key": "conv-1",
+        }
+    )
+    chat = parsed.chat
+    assert chat["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "description": "d",
+                "parameters": {"type": "object", "properties": {}},
+                "strict": True,
+            },
+        }
+    ]
+    assert chat["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    assert chat["parallel_tool_calls"] is False
+    assert chat["reasoning_effort"] == "high" and parsed.summary
+    assert chat["max_completion_tokens"] == 99
+    assert (chat["temperature"], chat["top_p"]) == (0.5, 0.9)
+    assert chat["stream"] is True and chat["stream_options"] == {"include_usage": True}
+    assert chat["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "n", "schema": {"type": "object"}},
+    }
+    assert parsed.session == "conv-1" and chat["prompt_cache_key"] == "conv-1"
+    assert parsed.store is True
+    validate_chat_body(chat)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "expected"),
+    [
+        ({"type": "text"}, None),
+        ({"type": "json_object"}, {"type": "json_object"}),
+    ],
+)
+def test_text_formats(fmt: dict[str, Any], expected: Any) -> None:
+    assert parse({"input": "x", "text": {"format": fmt}}).chat.get("response_format") == expected
+
+
+def test_namespace_tools_are_flattened_and_named_back() -> None:
+    tools = [
+        {
+            "type": "namespace",
+            "name": "mcp__github__",
+            "description": "GitHub",
+            "tools": [
+                {"type": "function", "name": "get_issue", "parameters": {"type": "object"}},
+                {"type": "custom", "name": "free"},
+            ],
+        },
+        {
+            "type": "namespace",
+            "name": "files",
+            "description": "",
+            "tools": [{"type": "function", "name": "read"}],
+        },
+    ]
+    items = [
+        {"role": "user", "content": "x"},
+        {
+            "type": "function_call",
+            "call_id": "c",
+            "namespace": "files",
+            "name": "read",
+            "arguments": "{}",
+        },
+        {"type": "function_call_output", "call_id": "c", "output": "y"},
+    ]
+    parsed = parse({"input": items, "tools": tools})
+    names = [t["function"]["name"] for t in parsed.chat["tools"]]
+    assert names == ["mcp__github__get_issue", "files__read"]
+    assert parsed.tool_names == {
+        "mcp__github__get_issue": ("mcp__github__", "get_issue"),
+        "files__read": ("files", "read"),
+    }
+    assert parsed.chat["messages"][1]["tool_calls"][0]["function"]["name"] == "files__read"
+    assert parsed.dropped_tools == ("custom",)
+
+
+@given(st.text(min_size=1, max_size=100), st.text(min_size=1, max_size=100))
+def test_a_flat_name_is_always_a_valid_function_name(namespace: str, name: str) -> None:
+    flat = flat_name(namespace, name)
+    assert 1 <= len(flat) <= 64
+    assert all(c.isascii() and (c.isalnum() or c in "_-") for c in flat)
+
+
+def test_builtin_tools_are_dropped_or_refused() -> None:
+    tools = [{"type": "web_search"}, {"type": "function", "name": "f"}]
+    parsed = parse({"input": "x", "tools": tools})
+    assert parsed.dropped_tools == ("web_search",)
+    # A type the API does not have is "other": a client's string never reaches a header.
+    odd = parse({"input": "x", "tools": [{"type": "evil\r\nx-injected: 1"}]})
+    assert odd.dropped_tools == ("other",)
+    assert [t["function"]["name"] for t in parsed.chat["tools"]] == ["f"]
+    assert parsed.echo["tools"] == [{"type": "function", "name": "f"}]
+    with pytest.raises(UnsupportedParameter) as refused:
+        parse({"input": "x", "tools": tools}, builtin_tools="refuse")
+    assert refused.value.param == "tools[0].type"
+
+
+def test_only_builtin_tools_leave_no_tools_and_no_tool_settings() -> None:
+    parsed = parse(
+        {
+            "input": "x",
+            "tools": [{"type": "web_search"}],
+            "tool_choice": "auto",
+            "parallel_tool_calls": True,
+        }
+    )
+    assert not {"tools", "tool_choice", "parallel_tool_calls"} & parsed.chat.keys()
+    validate_chat_body(parsed.chat)
+
+
+def test_unknown_fields_are_dropped_by_name_or_as_other() -> None:
+    parsed = parse(
+        {
+            "input": "x",
+            "include": ["reasoning.encrypted_content"],
+            "client_metadata": {"a": "b"},
+            "brand_new_field": 1,
+            "store": False,
+            "text": {"verbosity": "low"},
+        }
+    )
+    assert sorted(parsed.dropped_fields) == [
+        "client_metadata",
+        "include",
+        "other",
+        "text.verbosity",
+    ]
+    assert parsed.store is False
+
+
+@pytest.mark.parametrize(
+    ("body", "error", "param"),
+    [
+        ({"conversation": "conv_1"}, UnsupportedParameter, "conversation"),
+        ({"background": True}, UnsupportedParameter, "background"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, UnsupportedParameter, "input[0].type"),
+        ({"input": 3}, InvalidRequest, "input"),
+        ({"input": [{"role": "wizard", "content": "x"}]}, InvalidRequest, "input[0].role"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]},
+            UnsupportedParameter,
+            "input[0].content[0].image_url",
+        ),
+        (
+            {"input": [{"type": "function_call_output", "output": "x"}]},
+            InvalidRequest,
+            "input[0].call_id",
+        ),
+        ({"input": "x", "reasoning": {"effort": "maximal"}}, InvalidRequest, "reasoning.effort"),
+        (
+            {"input": "x", "tool_choice": {"type": "web_search"}},
+            UnsupportedParameter,
+            "tool_choice.type",
+        ),
+        ({}, InvalidRequest, "input"),
+    ],
+)
+def test_refusals_name_their_param(
+    body: dict[str, Any], error: type[Exception], param: str
+) -> None:
+    with pytest.raises(error) as refused:
+        parse(body)
+    assert getattr(refused.value, "param", None) == param
+
+
+def test_history_comes_before_the_input() -> None:
+    history = [
+        {"type": "message", "role": "user", "content": "first"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a"}]},
+    ]
+    assert messages({"input": "second", "instructions": "i"}, history=history) == [
+        {"role": "system", "content": "i"},
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "a"},
+        {"role": "user", "content": "second"},
+    ]
+
+
+def test_the_seal_keeps_what_it_seals_and_refuses_what_it_did_not() -> None:
+    details = [{"type": "reasoning.text", "text": "秘密", "signature": "sig"}]
+    sealed = SEALER.seal(details)
+    assert "秘密" not in sealed and "sig" not in sealed
+    assert SEALER.open(sealed) == details
+    tampered = sealed[:-5] + ("A" if sealed[-5] != "A" else "B") + sealed[-4:]
+    assert SEALER.open(tampered) is None
+    assert Sealer().open(sealed) is None
+    assert SEALER.open("not ours") is None
