@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import openai
 import pytest
@@ -28,6 +29,7 @@ from tests.e2e.harness import (
 from trio_gateway.config.load import parse_config
 from trio_gateway.core.events_codec import TERMINAL_TYPES
 from trio_gateway.core.keys import hash_key, new_key
+from trio_gateway.core.usage import UsageRecord
 
 TIMEOUT_S = 20
 LONG = script({"text_tokens": 5000})  # held until cancelled
@@ -206,3 +208,36 @@ async def test_the_websocket_front_reads_the_bodys_priority(tmp_path: Path) -> N
     assert (refused["type"], refused["code"]) == ("error", "invalid_request")
     assert "priority 0 would put this request before its own priority 1" in refused["message"]
     assert served["type"] != "error", served
+
+
+@attrs.define
+class Records:
+    records: list[UsageRecord] = attrs.field(factory=list)
+
+    def offer(self, record: UsageRecord) -> bool:
+        self.records.append(record)
+        return True
+
+
+async def test_the_usage_record_and_the_metric_carry_the_class(tmp_path: Path) -> None:
+    """Each record notes the class the request was served with; the metric counts requests per
+    class, a class beyond 9 counted as 10+ (bounded series whatever x-priority says)."""
+    async with classes(tmp_path) as (stack, keys), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+        records = Records()
+        stack.gateway.router.usage = records
+        url = stack.v1 + "/chat/completions"
+        for key, lowered in [("paid", None), ("free", None), ("free", "250"), ("paid", "12")]:
+            headers = bearer(keys[key], **({"x-priority": lowered} if lowered else {}))
+            response = await client.post(url, json=chat("hi", max_tokens=2), headers=headers)
+            assert response.status_code == 200, response.text
+        metrics = stack.gateway.router.metrics.registry
+
+        def counted(label: str) -> float:
+            value = metrics.get_sample_value(
+                "gateway_requests_by_priority_total",
+                {"alias": "agent-lite", "priority": label, "outcome": "ok"},
+            )
+            return float(value or 0.0)
+
+        assert [counted(label) for label in ("0", "1", "10+", "12", "250")] == [1, 1, 2, 0, 0]
+    assert [r.priority for r in records.records] == [0, 1, 250, 12]
