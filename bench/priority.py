@@ -76,7 +76,7 @@ class Config:
     # wait in the simulator's priority queue too.
     vllm_inflight: int = 16
     # reserved_slots of the reserved configuration (for priority 0, the high class).
-    reserved: int = 6
+    reserved: int = 7
     # The configurations to run (the idle row always runs: the target's reference).
     configs: tuple[str, ...] = CONFIGS
     aging_s: float = 30.0
@@ -336,7 +336,7 @@ def parse(argv: Sequence[str]) -> tuple[harness.Common, Config]:
     p.add_argument("--idle-requests", type=int, default=50)
     p.add_argument("--kv-blocks", type=int, default=0, help="the simulator's KV cache; 0: ample")
     p.add_argument("--vllm-inflight", type=int, default=16, help="max_inflight, gateway+vllm")
-    p.add_argument("--reserved", type=int, default=6, help="reserved_slots of `reserved`")
+    p.add_argument("--reserved", type=int, default=7, help="reserved_slots of `reserved`")
     p.add_argument(
         "--configs",
         default=",".join(CONFIGS),
