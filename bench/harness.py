@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,10 @@ RESULTS_DIR = ROOT / "bench" / "results"
 PLOTS_DIR = ROOT / "docs" / "bench"
 MODES = ("direct", "naive", "gateway")
 LABELS = {"direct": "direct", "naive": "naive proxy", "gateway": "trio-gateway"}
+# A mode a scenario may add after the three: a second gateway, configured otherwise
+# (``run_scenario(variants=...)``), run in the same stack as the first for a like-for-like row.
+FILTERED = "gateway+filter"
+LABELS[FILTERED] = "trio-gateway + filter"
 SERVED_MODEL = "qwen3-32b"
 ALIAS = "bench"
 CHAT_PATH = "/v1/chat/completions"
@@ -133,6 +137,8 @@ class GatewaySettings:
     queue_timeout_s: float
     server_extra: str = ""  # lines for [server], e.g. client_stall_timeout_s
     provider_extra: str = ""  # lines for the provider, e.g. first_token_timeout_s
+    alias_extra: str = ""  # lines for the alias, e.g. output_filters
+    tables: str = ""  # whole tables at the end, e.g. [filters.NAME]
 
 
 def gateway_toml(settings: GatewaySettings, port: int, sim_port: int) -> str:
@@ -145,6 +151,7 @@ drain_timeout_s = 2.0
 {settings.server_extra}
 
 [aliases.{ALIAS}]
+{settings.alias_extra}
 [[aliases.{ALIAS}.providers]]
 name = "sim"
 type = "openai_compatible"
@@ -154,6 +161,7 @@ max_inflight = {settings.max_inflight}
 queue_timeout_s = {settings.queue_timeout_s!r}
 probe = false
 {settings.provider_extra}
+{settings.tables}
 """
 
 
@@ -185,11 +193,15 @@ def _spawn(name: str, argv: list[str], log_path: Path, cwd: Path = ROOT) -> Chil
 
 @contextlib.contextmanager
 def stack(
-    common: Common, sim: SimSettings | None, gateway: GatewaySettings, logs: Path
+    common: Common,
+    sim: SimSettings | None,
+    gateway: GatewaySettings,
+    logs: Path,
+    variants: Mapping[str, GatewaySettings] | None = None,
 ) -> Iterator[Stack]:
     """Start the simulator (``sim`` None: bench/fast_upstream.py instead), and the proxy and
-    the gateway the modes need, all at once (the gateway's imports take seconds on a busy
-    machine); stop them all on the way out."""
+    the gateways the modes need (``variants``: more modes, each another gateway), all at once
+    (the gateway's imports take seconds on a busy machine); stop them all on the way out."""
     raise_nofile_limit()  # inherited by every child
     sim_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
@@ -217,15 +229,21 @@ def stack(
                 child = _spawn("naive proxy", [*argv, "--upstream", sim_url], logs / "naive.log")
                 children.append((child, f"http://127.0.0.1:{port}/health"))
                 targets["naive"], started["naive"] = (port, SERVED_MODEL), child
-            if "gateway" in common.modes:
+            gateways = {"gateway": gateway, **(variants or {})}
+            for i, (mode, settings) in enumerate(gateways.items()):
+                if mode not in common.modes:
+                    continue
                 port = free_port()
-                toml = tmp / "gateway.toml"
-                toml.write_text(gateway_toml(gateway, port, sim_port), encoding="utf-8")
+                folder = tmp / str(i)
+                folder.mkdir()
+                toml = folder / "gateway.toml"
+                toml.write_text(gateway_toml(settings, port, sim_port), encoding="utf-8")
                 argv = [PYTHON, "-m", "trio_gateway", "serve", "--config", str(toml)]
                 argv += ["--log-level", common.gateway_log_level]
-                child = _spawn("gateway", argv, logs / "gateway.log", cwd=tmp)
+                log_name = "gateway.log" if mode == "gateway" else f"gateway-{i}.log"
+                child = _spawn(mode, argv, logs / log_name, cwd=folder)
                 children.append((child, f"http://127.0.0.1:{port}/healthz"))
-                targets["gateway"], started["gateway"] = (port, ALIAS), child
+                targets[mode], started[mode] = (port, ALIAS), child
             for child, url in children:
                 _wait_ready(child, url, 60.0)
             yield Stack(
@@ -481,6 +499,7 @@ def run_scenario(
     table: Any,
     config: Any,
     extra: dict[str, Any] | None = None,
+    variants: Mapping[str, GatewaySettings] | None = None,
 ) -> list[Any]:
     """One scenario's three modes on one stack, then its JSON result, table and verdicts: the
     part every scenario shares. ``run_one(stack, mode)`` gives a mode's row; ``targets(rows)``
@@ -488,7 +507,7 @@ def run_scenario(
     load_before = loadavg()
     note(f"scenario {label} ({scenario}): load average {load_before}")
     started = time.monotonic()
-    with stack(common, sim, gateway, logs) as st:
+    with stack(common, sim, gateway, logs, variants) as st:
         rows = run_modes(common, st, lambda mode: run_one(st, mode))
     wall_s = time.monotonic() - started
     verdicts = targets(rows)
@@ -500,6 +519,7 @@ def run_scenario(
             "config": attrs.asdict(config),
             "sim": attrs.asdict(sim) if sim is not None else None,
             "gateway": attrs.asdict(gateway),
+            "variants": {mode: attrs.asdict(s) for mode, s in (variants or {}).items()},
             **(extra or {}),
             "loadavg_before": load_before,
             "wall_s": wall_s,

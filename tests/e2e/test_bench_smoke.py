@@ -32,8 +32,13 @@ pytestmark = pytest.mark.slow
 MODES = ["direct", "naive", "gateway"]
 
 
-def run(main: Callable[[Sequence[str]], int], tmp_path: Path, scenario: str) -> dict[str, Any]:
-    code = main(["--smoke", "--no-plots", "--results-dir", str(tmp_path)])
+def run(
+    main: Callable[[Sequence[str]], int],
+    tmp_path: Path,
+    scenario: str,
+    more: Sequence[str] = (),
+) -> dict[str, Any]:
+    code = main(["--smoke", "--no-plots", "--results-dir", str(tmp_path), *more])
     assert code == 0
     (path,) = tmp_path.glob(f"{scenario}-*.json")
     result: dict[str, Any] = json.loads(path.read_text())
@@ -45,9 +50,11 @@ def run(main: Callable[[Sequence[str]], int], tmp_path: Path, scenario: str) -> 
     return result
 
 
-def rows_by_mode(result: dict[str, Any], key: str = "rows") -> dict[str, dict[str, Any]]:
+def rows_by_mode(
+    result: dict[str, Any], key: str = "rows", modes: Sequence[str] = MODES
+) -> dict[str, dict[str, Any]]:
     rows = {row["mode"]: row for row in result[key]}
-    assert sorted(rows) == sorted(MODES)
+    assert sorted(rows) == sorted(modes)
     for row in rows.values():
         assert len(row["loadavg_before"]) == 3
     return rows
@@ -76,16 +83,21 @@ def test_overhead_smoke(tmp_path: Path) -> None:
 
 
 def test_stream_timing_smoke(tmp_path: Path) -> None:
-    result = run(stream_timing.main, tmp_path, "stream_timing")
+    # With the filtered gateway too: a fourth mode, in the same run.
+    result = run(stream_timing.main, tmp_path, "stream_timing", ["--filter-patterns", "50"])
     streams = result["config"]["streams"]
-    for mode, row in rows_by_mode(result).items():
+    modes = [*MODES, "gateway+filter"]
+    rows = rows_by_mode(result, modes=modes)
+    for mode, row in rows.items():
         assert row["completed"] == streams and row["failures"] == {}, mode
         assert 0 < row["ttft_p50_s"] <= row["ttft_p99_s"], mode
         assert row["gap_p99_s"] > 0 and row["events"] > streams * 2, mode
-    for mode in ("naive", "gateway"):
-        row = rows_by_mode(result)[mode]
+    for mode in ("naive", "gateway", "gateway+filter"):
+        row = rows[mode]
         check_middle(row)
         assert row["cpu_us_per_chunk"] > 0
+    assert rows["gateway+filter"]["filter_patterns"] == 50
+    assert any("filter ≤ 10 µs" in t["target"] for t in result["targets"])
 
 
 def test_cancellation_smoke(tmp_path: Path) -> None:
@@ -185,7 +197,7 @@ def test_priority_smoke(tmp_path: Path) -> None:
     result = run(priority.main, tmp_path, "priority")
     rows = {(row["config"], row["class"]): row for row in result["rows"]}
     assert ("idle", "high") in rows
-    for config in ("off", "gateway", "gateway+vllm"):
+    for config in ("off", "gateway", "gateway+vllm", "reserved"):
         for cls in ("high", "low"):
             row = rows[(config, cls)]
             assert row["requests"] > 0 and row["failures"] == {}, (config, cls)

@@ -22,9 +22,9 @@ async def test_a_slot_taken_by_one_request_and_given_back_is_free_for_the_next()
         )
         gate = broker.gate("vllm", 1)
         first, second = object(), object()
-        assert await _try_take(gate, first)
-        assert not await _try_take(gate, second)  # one slot, held
+        assert await _try_take(gate, first, 0)
+        assert not await _try_take(gate, second, 0)  # one slot, held
         await _give_back(gate, first)
-        assert await _try_take(gate, second)
+        assert await _try_take(gate, second, 0)
         await _give_back(gate, second)
         assert gate.statistics().in_flight == 0

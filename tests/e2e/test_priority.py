@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import openai
 import pytest
@@ -28,13 +29,16 @@ from tests.e2e.harness import (
 from trio_gateway.config.load import parse_config
 from trio_gateway.core.events_codec import TERMINAL_TYPES
 from trio_gateway.core.keys import hash_key, new_key
+from trio_gateway.core.usage import UsageRecord
 
 TIMEOUT_S = 20
 LONG = script({"text_tokens": 5000})  # held until cancelled
 
 
 @asynccontextmanager
-async def classes(tmp_path: Path) -> AsyncIterator[tuple[Stack, dict[str, str]]]:
+async def classes(
+    tmp_path: Path, max_inflight: int = 1, extra: str = ""
+) -> AsyncIterator[tuple[Stack, dict[str, str]]]:
     """paid (priority 0) and free (priority 1) keys; one slot, queued, priority_scheduling."""
     keys = {"paid": new_key(), "free": new_key()}
     keys_file = tmp_path / "keys.toml"
@@ -46,7 +50,10 @@ async def classes(tmp_path: Path) -> AsyncIterator[tuple[Stack, dict[str, str]]]
     )
     async with running_sim() as sim:
         provider = provider_toml(
-            "sim-a", sim.base_url, max_inflight=1, extra="priority_scheduling = true"
+            "sim-a",
+            sim.base_url,
+            max_inflight=max_inflight,
+            extra="priority_scheduling = true\n" + extra,
         )
         text = (
             f'[server]\nlisten = "127.0.0.1:0"\n[auth]\nkeys_file = "{keys_file}"\n'
@@ -99,6 +106,45 @@ async def test_the_alias_queue_serves_the_paid_class_first(tmp_path: Path) -> No
         if b["messages"][0]["content"] != LONG
     ]
     assert served == [("paid-second", 0), ("free-first", 1)]
+
+
+async def test_a_reserved_slot_serves_the_paid_class_while_the_free_one_waits(
+    tmp_path: Path,
+) -> None:
+    """2 slots, 1 reserved for priority 0: a free stream runs, a second free request queues
+    although a slot is free, and a paid one is answered at once, without waiting for them."""
+    reserved = "reserved_slots = 1\nreserved_for_priority_at_most = 0\n"
+    async with (
+        classes(tmp_path, max_inflight=2, extra=reserved) as (stack, keys),
+        httpx.AsyncClient(timeout=TIMEOUT_S) as client,
+    ):
+        url = stack.v1 + "/chat/completions"
+        upstream = stack.gateway.router.upstreams["sim-a"]
+        answers: dict[str, int] = {}
+
+        async def held(name: str) -> None:
+            body = chat(LONG, stream=True)
+            async with client.stream(
+                "POST", url, json=body, headers=bearer(keys["free"])
+            ) as streamed:
+                answers[name] = streamed.status_code
+                async for _ in streamed.aiter_bytes():
+                    pass
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(held, "free-running")
+            await wait_until(lambda: upstream.statistics().in_flight == 1)
+            nursery.start_soon(held, "free-waiting")
+            await wait_until(lambda: upstream.statistics().waiting == 1)
+            with trio.fail_after(TIMEOUT_S):
+                paid = await client.post(
+                    url, json=chat("paid", max_tokens=4), headers=bearer(keys["paid"])
+                )
+            assert paid.status_code == 200
+            stats = upstream.statistics()
+            assert (stats.in_flight, stats.waiting) == (1, 1)  # the paid one came and went
+            nursery.cancel_scope.cancel()
+    assert answers == {"free-running": 200}
 
 
 async def test_x_priority_through_the_sdk_may_only_lower_a_keys_priority(
@@ -162,3 +208,36 @@ async def test_the_websocket_front_reads_the_bodys_priority(tmp_path: Path) -> N
     assert (refused["type"], refused["code"]) == ("error", "invalid_request")
     assert "priority 0 would put this request before its own priority 1" in refused["message"]
     assert served["type"] != "error", served
+
+
+@attrs.define
+class Records:
+    records: list[UsageRecord] = attrs.field(factory=list)
+
+    def offer(self, record: UsageRecord) -> bool:
+        self.records.append(record)
+        return True
+
+
+async def test_the_usage_record_and_the_metric_carry_the_class(tmp_path: Path) -> None:
+    """Each record notes the class the request was served with; the metric counts requests per
+    class, a class beyond 9 counted as 10+ (bounded series whatever x-priority says)."""
+    async with classes(tmp_path) as (stack, keys), httpx.AsyncClient(timeout=TIMEOUT_S) as client:
+        records = Records()
+        stack.gateway.router.usage = records
+        url = stack.v1 + "/chat/completions"
+        for key, lowered in [("paid", None), ("free", None), ("free", "250"), ("paid", "12")]:
+            headers = bearer(keys[key], **({"x-priority": lowered} if lowered else {}))
+            response = await client.post(url, json=chat("hi", max_tokens=2), headers=headers)
+            assert response.status_code == 200, response.text
+        metrics = stack.gateway.router.metrics.registry
+
+        def counted(label: str) -> float:
+            value = metrics.get_sample_value(
+                "gateway_requests_by_priority_total",
+                {"alias": "agent-lite", "priority": label, "outcome": "ok"},
+            )
+            return float(value or 0.0)
+
+        assert [counted(label) for label in ("0", "1", "10+", "12", "250")] == [1, 1, 2, 0, 0]
+    assert [r.priority for r in records.records] == [0, 1, 250, 12]

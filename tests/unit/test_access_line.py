@@ -26,6 +26,7 @@ maybe_int = st.none() | st.integers(min_value=0, max_value=10**9)
     alias=maybe_text,
     provider=maybe_text,
     key=maybe_text,
+    priority=st.none() | st.integers(min_value=-(2**31), max_value=2**31 - 1),
     prompt=maybe_int,
     completion=maybe_int,
 )
@@ -38,14 +39,17 @@ def test_the_text_is_the_fields_as_key_value_pairs(
     alias: str | None,
     provider: str | None,
     key: str | None,
+    priority: int | None,
     prompt: int | None,
     completion: int | None,
 ) -> None:
     context = RequestContext(request_id="r-1", route="POST /v1/chat/completions", trace=new_trace())
     context.status, context.outcome, context.code = status, outcome, code
     context.alias, context.provider, context.key = alias, provider, key
+    context.priority = priority
     context.ttft_s, context.prompt_tokens, context.completion_tokens = ttft_s, prompt, completion
     fields, text = context.line(duration_s)
+    assert fields["priority"] == priority
     assert fields["duration_ms"] == round(duration_s * 1000, 1)
     assert fields["ttft_ms"] == (None if ttft_s is None else round(ttft_s * 1000, 1))
     # What the line was before it was written out field by field.
@@ -59,6 +63,7 @@ def test_the_text_is_the_fields_as_key_value_pairs(
         "alias",
         "provider",
         "key",
+        "priority",
         "ttft_ms",
         "duration_ms",
         "prompt_tokens",

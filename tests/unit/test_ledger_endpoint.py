@@ -1,5 +1,6 @@
-"""The ledger's endpoint column: written for every record, added to a ledger an older gateway
-wrote, and read as chat from one that was not yet opened by a newer gateway."""
+"""The ledger's added columns (endpoint, priority): written for every record, added to a ledger
+an older gateway wrote, and read as chat (no class) from one not yet opened by a newer
+gateway."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ INSERT INTO usage VALUES (1, 'old', NULL, 'a', 'p', 'completed', NULL, 3, 4, 0, 
 """
 
 
-def record(request_id: str, endpoint: str) -> UsageRecord:
+def record(request_id: str, endpoint: str, priority: int | None = None) -> UsageRecord:
     return UsageRecord(
         request_id=request_id,
         key=None,
@@ -34,6 +35,7 @@ def record(request_id: str, endpoint: str) -> UsageRecord:
         prompt_tokens=5,
         started_at=2.0,
         endpoint=endpoint,
+        priority=priority,
     )
 
 
@@ -57,4 +59,21 @@ def test_an_older_ledger_is_read_as_chat_then_gains_the_column(tmp_path: Path) -
     assert [r["endpoint"] for r in records(conn, None)] == ["chat", "embeddings"]
     assert [row[:2] for row in table(conn, "endpoint", None)] == [("chat", 1), ("embeddings", 1)]
     assert "endpoint" in COLUMNS
+    conn.close()
+
+
+def test_the_priority_class_is_recorded_and_grouped(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    old_ledger(path)
+    readonly = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    assert [r["priority"] for r in records(readonly, None)] == [None]
+    assert [row[:2] for row in table(readonly, "priority", None)] == [("-", 1)]
+    readonly.close()
+    conn = connect(str(path))
+    write_batch(conn, [record("paid", "chat", 0), record("free", "chat", 3)])
+    write_batch(conn, [record("free2", "chat", 3)])
+    conn.close()
+    conn = sqlite3.connect(path)
+    assert [r["priority"] for r in records(conn, None)] == [None, 0, 3, 3]
+    assert [row[:2] for row in table(conn, "priority", None)] == [(0, 1), (3, 2), ("-", 1)]
     conn.close()

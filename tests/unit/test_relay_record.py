@@ -89,8 +89,14 @@ async def test_a_completed_answer_is_recorded_everywhere(autojump_clock: trio.ab
         ttft_s=0.25,
         duration_s=1.0,
         started_at=1e9,
+        priority=0,
     )
     assert sink.records == [rec]
+    assert context.priority == 0
+    assert (
+        sample(gateway, "gateway_requests_by_priority_total", alias="a", priority="0", outcome="ok")
+        == 1
+    )
     assert (context.alias, context.provider, context.key, context.outcome) == (
         "a",
         "p1",

@@ -126,7 +126,8 @@ def test_the_access_line_in_text_and_in_json(caplog: pytest.LogCaptureFixture) -
     (line,) = caplog.records
     assert line.getMessage() == (
         "request_id=req-1 route=POST /v1/chat/completions status=400 outcome=refused "
-        "code=invalid_json alias=- provider=- key=search-agent ttft_ms=- duration_ms=12.3 "
+        "code=invalid_json alias=- provider=- key=search-agent priority=- ttft_ms=- "
+        "duration_ms=12.3 "
         f"prompt_tokens=0 completion_tokens=0 trace_id={TRACE}"
     )
     RequestIdFilter().filter(line)  # written outside the request's context: "-"

@@ -13,6 +13,9 @@ checks slots) runs a script only on keys of one slot.
   its expiry in ms. Each script first drops the expired members, then compares the count with
   the limit passed in *that* call (processes reloading to another limit disagree only briefly).
   The key itself expires with its longest-lived member.
+- ``{lease}:capped:KEY`` — the members of ``{lease}:KEY`` held by the capped class of a
+  ``Reservation`` (priority.py), scored alike: a capped borrower is granted a lease only while
+  this set counts fewer than ``max_inflight - slots``, so the reservation holds cluster-wide.
 - ``{lease}:procs`` — a sorted set process id → expiry in ms: the live gateway processes, which
   every acquire and renewal heartbeats. Their number (``peers``) sizes the fallback share.
 
@@ -27,7 +30,8 @@ XX``): a lease that expired while its holder was stalled stays gone and is count
 When Redis fails (an error, or no answer within ``timeout_s`` at the call site):
 
 - ``on_error = "share"``: a gate grants up to ``max(1, max_inflight // peers)`` slots in this
-  process (``peers`` as last seen, 1 if never), without leases. Slots taken so stay leaseless
+  process (``peers`` as last seen, 1 if never), without leases; of them the capped class at
+  most ``max(1, (max_inflight - reserved) // peers)``. Slots taken so stay leaseless
   after Redis is back; new ones are leased again from the first answer on.
 - ``on_error = "refuse"``: nothing is granted while Redis fails; ``acquire`` keeps trying with
   backoff until its caller's deadline cancels it.
@@ -48,7 +52,8 @@ from typing import Literal
 import attrs
 import trio
 
-from trio_gateway.capacity.priority import PriorityLimiter
+from trio_gateway.capacity.priority import NO_RESERVATION, PriorityLimiter, Reservation
+from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.redis.client import RedisClient, RedisError, Value
 
 log = logging.getLogger("trio_gateway")
@@ -81,7 +86,8 @@ local function heartbeat(procs, id, now, ttl)
 end
 """
 
-# KEYS: lease set, procs. ARGV: member, limit, ttl ms, process id.
+# KEYS: lease set, procs, and for a capped borrower the capped set. ARGV: member, limit, ttl
+# ms, process id, and for a capped borrower the capped class's limit.
 # Returns granted (0/1), leases held cluster-wide after this call, live processes.
 ACQUIRE_SCRIPT = (
     _LUA_COMMON
@@ -92,23 +98,31 @@ local peers = heartbeat(KEYS[2], ARGV[4], now, ttl)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local held = redis.call('ZCARD', KEYS[1])
 if held >= tonumber(ARGV[2]) then return {0, held, peers} end
+if KEYS[3] then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[5]) then return {0, held, peers} end
+  redis.call('ZADD', KEYS[3], now + ttl, ARGV[1])
+  keep_until_last(KEYS[3])
+end
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 keep_until_last(KEYS[1])
 return {1, held + 1, peers}
 """
 )
 
-# KEYS: lease set. ARGV: member. Returns the leases left cluster-wide.
+# KEYS: lease set, capped set. ARGV: member. Returns the leases left cluster-wide.
 RELEASE_SCRIPT = (
     _LUA_COMMON
     + """
+redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms())
 return {redis.call('ZCARD', KEYS[1])}
 """
 )
 
-# KEYS: procs, and the lease set when there are leases to renew. ARGV: process id, ttl ms,
+# KEYS: procs, and the lease set and the capped set when there are leases to renew. ARGV:
+# process id, ttl ms,
 # members. Returns live processes, leases held cluster-wide (-1: no lease set), then the
 # members that were gone (expired, or lost with a Redis restart).
 RENEW_SCRIPT = (
@@ -119,14 +133,17 @@ local ttl = tonumber(ARGV[2])
 local reply = {heartbeat(KEYS[1], ARGV[1], now, ttl), -1}
 if #KEYS < 2 then return reply end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 for i = 3, #ARGV do
   if redis.call('ZSCORE', KEYS[2], ARGV[i]) then
     redis.call('ZADD', KEYS[2], 'XX', now + ttl, ARGV[i])
+    redis.call('ZADD', KEYS[3], 'XX', now + ttl, ARGV[i])
   else
     reply[#reply + 1] = ARGV[i]
   end
 end
 keep_until_last(KEYS[2])
+keep_until_last(KEYS[3])
 reply[2] = redis.call('ZCARD', KEYS[2])
 return reply
 """
@@ -140,9 +157,24 @@ class GateStats:
     max_inflight: int
 
 
-def _take_local(limiter: PriorityLimiter, borrower: object) -> bool:
+def reservation_of(config: ProviderConfig, slots: int | None = None) -> Reservation:
+    """The provider's reservation for a gate of ``slots`` (default: ``max_inflight``). A
+    process's share of the slots (``[server] workers`` without Redis) gets the same share of
+    the reserved ones, rounded up, always leaving the capped class one slot: so with one slot
+    a process reserves none."""
+    if config.reserved_for_priority_at_most is None or config.reserved_slots == 0:
+        return NO_RESERVATION
+    total = config.max_inflight
+    slots = total if slots is None else slots
+    share = min(slots - 1, -(-config.reserved_slots * slots // total))
+    if share <= 0:
+        return NO_RESERVATION
+    return Reservation(share, config.reserved_for_priority_at_most)
+
+
+def _take_local(limiter: PriorityLimiter, borrower: object, priority: int) -> bool:
     try:
-        limiter.acquire_on_behalf_of_nowait(borrower)
+        limiter.acquire_on_behalf_of_nowait(borrower, priority)
     except trio.WouldBlock:
         return False
     return True
@@ -158,22 +190,23 @@ def _release_local(limiter: PriorityLimiter, borrower: object) -> None:
 class LocalGate:
     """Per process: a PriorityLimiter."""
 
-    def __init__(self, max_inflight: int) -> None:
-        self._limiter = PriorityLimiter(max_inflight)
+    def __init__(self, max_inflight: int, reservation: Reservation = NO_RESERVATION) -> None:
+        self._limiter = PriorityLimiter(max_inflight, reservation)
 
-    def try_acquire_nowait(self, borrower: object) -> bool:
-        return _take_local(self._limiter, borrower)
+    def try_acquire_nowait(self, borrower: object, priority: int = 0) -> bool:
+        return _take_local(self._limiter, borrower, priority)
 
-    async def try_acquire(self, borrower: object) -> bool:
+    async def try_acquire(self, borrower: object, priority: int = 0) -> bool:
         # Cancellation is checked before the take, never after: a granted slot is returned.
         await trio.lowlevel.checkpoint_if_cancelled()
-        granted = self.try_acquire_nowait(borrower)
+        granted = self.try_acquire_nowait(borrower, priority)
         await trio.lowlevel.cancel_shielded_checkpoint()
         return granted
 
-    async def acquire(self, borrower: object, rank: float | None = None) -> None:
-        """A slot, waiting behind every waiter of a lower ``rank`` (priority.py)."""
-        await self._limiter.acquire_on_behalf_of(borrower, rank)
+    async def acquire(self, borrower: object, rank: float | None = None, priority: int = 0) -> None:
+        """A slot, waiting behind every waiter of a lower ``rank`` that may take it (priority.py:
+        ``priority`` says whether this borrower may use the reserved slots)."""
+        await self._limiter.acquire_on_behalf_of(borrower, rank, priority)
 
     def release_nowait(self, borrower: object) -> None:
         """Release without a schedule point (tests free several gates in one instant)."""
@@ -184,8 +217,8 @@ class LocalGate:
         # A schedule point that cannot raise Cancelled: release runs in `finally` blocks.
         await trio.lowlevel.cancel_shielded_checkpoint()
 
-    def resize(self, max_inflight: int) -> None:
-        self._limiter.total_tokens = max_inflight
+    def resize(self, max_inflight: int, reservation: Reservation = NO_RESERVATION) -> None:
+        self._limiter.resize(max_inflight, reservation)
 
     def statistics(self) -> GateStats:
         stats = self._limiter.statistics()
@@ -196,19 +229,29 @@ class SharedGate:
     """One provider's slots, leased in Redis; see the module docstring. Made by
     ``LeaseBroker.gate``."""
 
-    def __init__(self, broker: LeaseBroker, key: str, max_inflight: int) -> None:
+    def __init__(
+        self,
+        broker: LeaseBroker,
+        key: str,
+        max_inflight: int,
+        reservation: Reservation = NO_RESERVATION,
+    ) -> None:
         self.key = key
         # Leases held cluster-wide, as the last script that answered counted them.
         self.cluster_in_flight: int | None = None
         self._broker = broker
         self._redis_key = f"{broker.key_prefix}{{lease}}:{key}"
-        self._limiter = PriorityLimiter(max_inflight)
+        self._capped_key = f"{broker.key_prefix}{{lease}}:capped:{key}"
+        self._limiter = PriorityLimiter(max_inflight, reservation)
         # Granted borrowers → their lease; None: no lease (granted in fallback, or lost).
         self._granted: dict[object, str | None] = {}
-        # Borrowers holding a local slot while they wait for a lease → their (rank, arrival):
-        # only the first of them asks Redis, so that the cluster's next free lease goes to the
-        # best waiter of this process, not to whichever poll comes first.
-        self._pollers: dict[object, tuple[float, int]] = {}
+        self._capped_granted: set[object] = set()
+        # Borrowers holding a local slot while they wait for a lease → their (rank, arrival,
+        # capped): only the first of them asks Redis (and the first privileged one, when the
+        # first is capped: the cluster may have a reserved lease free), so that the cluster's
+        # next free lease goes to the best waiter of this process that may take it, not to
+        # whichever poll comes first.
+        self._pollers: dict[object, tuple[float, int, bool]] = {}
         self._arrivals = itertools.count()
         self._released = trio.Event()
 
@@ -216,46 +259,56 @@ class SharedGate:
     def max_inflight(self) -> int:
         return self._limiter.total_tokens
 
-    def try_acquire_nowait(self, borrower: object) -> bool:
+    @property
+    def reservation(self) -> Reservation:
+        return self._limiter.reservation
+
+    def try_acquire_nowait(self, borrower: object, priority: int = 0) -> bool:
         """Without a round trip only a fallback slot can be granted (policy ``share`` while
         Redis fails); otherwise False: use ``try_acquire``."""
         broker = self._broker
         if not (broker.fallback_active() and broker.on_error == "share"):
             return False
-        if len(self._granted) >= self._share() or not _take_local(self._limiter, borrower):
+        capped = self._limiter.reservation.capped(priority)
+        if not self._within_share(capped) or not _take_local(self._limiter, borrower, priority):
             return False
-        self._granted[borrower] = None
+        self._grant(borrower, None, capped)
         return True
 
-    async def try_acquire(self, borrower: object) -> bool:
+    async def try_acquire(self, borrower: object, priority: int = 0) -> bool:
         await trio.lowlevel.checkpoint_if_cancelled()
-        # Someone of this process waits for a lease: a newcomer does not go before it.
-        if self._pollers or not _take_local(self._limiter, borrower):
+        capped = self._limiter.reservation.capped(priority)
+        # Someone of this process waits for a lease it may take: a newcomer does not go
+        # before it (a capped waiter does not hold up a privileged newcomer).
+        ahead = any(capped or not c for _, _, c in self._pollers.values())
+        if ahead or not _take_local(self._limiter, borrower, priority):
             await trio.lowlevel.cancel_shielded_checkpoint()
             return False
         granted = False
         try:
-            granted = await self._attempt(borrower)
+            granted = await self._attempt(borrower, capped)
         finally:
             if not granted:
                 _release_local(self._limiter, borrower)
         return granted
 
-    async def acquire(self, borrower: object, rank: float | None = None) -> None:
+    async def acquire(self, borrower: object, rank: float | None = None, priority: int = 0) -> None:
         """A local slot in rank order (priority.py), then a lease: asked of Redis by the first
-        waiter in rank order only, the others waiting for their turn."""
+        waiter in rank order only (and the first privileged one), the others waiting for their
+        turn."""
         if rank is None:
             rank = trio.current_time()
-        await self._limiter.acquire_on_behalf_of(borrower, rank)
+        capped = self._limiter.reservation.capped(priority)
+        await self._limiter.acquire_on_behalf_of(borrower, rank, priority)
         granted = False
-        self._pollers[borrower] = (rank, next(self._arrivals))
+        self._pollers[borrower] = (rank, next(self._arrivals), capped)
         try:
             delay = POLL_START_S
             while True:
                 # Taken before the attempt: a release during the round trip wakes us too.
                 wake = self._released
-                if self._first_poller() is borrower:
-                    if await self._attempt(borrower):
+                if borrower in self._turn():
+                    if await self._attempt(borrower, capped):
                         granted = True
                         return
                     with trio.move_on_after(delay):
@@ -277,6 +330,7 @@ class SharedGate:
         # Out of _granted before the round trip: a renewal running meanwhile must not count
         # this lease as lost when it finds it gone.
         member = self._granted.pop(borrower)
+        self._capped_granted.discard(borrower)
         try:
             if member is None:
                 await trio.lowlevel.cancel_shielded_checkpoint()
@@ -285,7 +339,7 @@ class SharedGate:
                 # (inside _call) bounds it. On failure the lease expires unrenewed.
                 with trio.CancelScope(shield=True):
                     reply = await self._broker._call(
-                        RELEASE_SCRIPT, [self._redis_key], [member], ints=1
+                        RELEASE_SCRIPT, [self._redis_key, self._capped_key], [member], ints=1
                     )
                 if reply is not None:
                     self.cluster_in_flight = reply[0][0]
@@ -293,8 +347,8 @@ class SharedGate:
             _release_local(self._limiter, borrower)
             self._wake()
 
-    def resize(self, max_inflight: int) -> None:
-        self._limiter.total_tokens = max_inflight
+    def resize(self, max_inflight: int, reservation: Reservation = NO_RESERVATION) -> None:
+        self._limiter.resize(max_inflight, reservation)
         self._wake()
 
     def statistics(self) -> GateStats:
@@ -306,44 +360,64 @@ class SharedGate:
             max_inflight=self.max_inflight,
         )
 
-    def _first_poller(self) -> object:
-        return min(self._pollers, key=self._pollers.__getitem__)
+    def _turn(self) -> tuple[object, ...]:
+        """The pollers who ask Redis: the first in rank order, and when it is capped the first
+        privileged one too (a reserved lease may be free that the capped one cannot take)."""
+        first = min(self._pollers, key=self._pollers.__getitem__)
+        if not self._pollers[first][2]:
+            return (first,)
+        privileged = [b for b, (_, _, capped) in self._pollers.items() if not capped]
+        if not privileged:
+            return (first,)
+        return (first, min(privileged, key=self._pollers.__getitem__))
 
-    def _share(self) -> int:
-        return max(1, self.max_inflight // self._broker.peers)
+    def _within_share(self, capped: bool) -> bool:
+        """Room in this process's fallback share (Redis failing, policy ``share``)."""
+        peers = self._broker.peers
+        if len(self._granted) >= max(1, self.max_inflight // peers):
+            return False
+        unreserved = self.max_inflight - self._limiter.reservation.slots
+        return not capped or len(self._capped_granted) < max(1, unreserved // peers)
+
+    def _grant(self, borrower: object, member: str | None, capped: bool) -> None:
+        self._granted[borrower] = member
+        if capped:
+            self._capped_granted.add(borrower)
 
     def _wake(self) -> None:
         self._released.set()
         self._released = trio.Event()
 
-    async def _attempt(self, borrower: object) -> bool:
+    async def _attempt(self, borrower: object, capped: bool) -> bool:
         """One try for ``borrower``, which holds a local slot: a lease, or a fallback slot."""
         broker = self._broker
         member = f"{broker.process_id}:{next(broker._serial)}"
+        keys = [self._redis_key, broker._procs_key]
+        args: list[Value] = [member, self.max_inflight, broker._ttl_ms, broker.process_id]
+        if capped:
+            keys.append(self._capped_key)
+            args.append(self.max_inflight - self._limiter.reservation.slots)
         try:
-            reply = await broker._call(
-                ACQUIRE_SCRIPT,
-                [self._redis_key, broker._procs_key],
-                [member, self.max_inflight, broker._ttl_ms, broker.process_id],
-                ints=3,
-            )
+            reply = await broker._call(ACQUIRE_SCRIPT, keys, args, ints=3)
         except trio.Cancelled:
             # Cancelled mid-call (a lost race for a slot elsewhere, a client gone): Redis may
             # have granted the lease without our reading the reply. Removing it now, rather
             # than leaving it to expire, keeps the cluster's slot free for others.
             with trio.CancelScope(shield=True):
-                await broker._call(RELEASE_SCRIPT, [self._redis_key], [member], ints=1)
+                await broker._call(
+                    RELEASE_SCRIPT, [self._redis_key, self._capped_key], [member], ints=1
+                )
             raise
         if reply is None:
-            if broker.on_error == "share" and len(self._granted) < self._share():
-                self._granted[borrower] = None
+            if broker.on_error == "share" and self._within_share(capped):
+                self._grant(borrower, None, capped)
                 return True
             return False
         granted, held, peers = reply[0]
         broker.peers = max(1, peers)
         self.cluster_in_flight = held
         if granted:
-            self._granted[borrower] = member
+            self._grant(borrower, member, capped)
         return bool(granted)
 
     def _lost(self, members: set[str]) -> None:
@@ -390,16 +464,18 @@ class LeaseBroker:
         self._ttl_ms = max(1, round(lease_ttl_s * 1000))
         self._procs_key = f"{key_prefix}{{lease}}:procs"
 
-    def gate(self, key: str, max_inflight: int) -> SharedGate:
+    def gate(
+        self, key: str, max_inflight: int, reservation: Reservation = NO_RESERVATION
+    ) -> SharedGate:
         """The gate of ``key``; the same object for the same key, resized to ``max_inflight``
-        when a reload changed it."""
-        if key == "procs":
-            raise ValueError("'procs' is reserved: {lease}:procs holds the live processes")
+        and ``reservation`` when a reload changed them."""
+        if key == "procs" or key.startswith("capped:"):
+            raise ValueError(f"{key!r}: procs and capped:* are the gateway's own lease keys")
         gate = self._gates.get(key)
         if gate is None:
-            gate = self._gates[key] = SharedGate(self, key, max_inflight)
-        elif gate.max_inflight != max_inflight:
-            gate.resize(max_inflight)
+            gate = self._gates[key] = SharedGate(self, key, max_inflight, reservation)
+        elif (gate.max_inflight, gate.reservation) != (max_inflight, reservation):
+            gate.resize(max_inflight, reservation)
         return gate
 
     def gates(self) -> list[SharedGate]:
@@ -429,7 +505,9 @@ class LeaseBroker:
             for gate in self._gates.values()
         ] or [(None, [])]
         for gate, members in rounds:
-            keys = [self._procs_key] + ([] if gate is None else [gate._redis_key])
+            keys = [self._procs_key]
+            if gate is not None:
+                keys += [gate._redis_key, gate._capped_key]
             reply = await self._call(
                 RENEW_SCRIPT, keys, [self.process_id, self._ttl_ms, *members], ints=2
             )

@@ -2,8 +2,8 @@
 
 ::
 
-    trio-gateway usage [--by key|alias|provider|endpoint|day] [--since 24h|2026-01-31T00:00]
-                       [--ledger PATH | --config FILE] [--json]
+    trio-gateway usage [--by key|alias|provider|endpoint|priority|day]
+                       [--since 24h|2026-01-31T00:00] [--ledger PATH | --config FILE] [--json]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ GROUPS = {
     "alias": "coalesce(alias, '-')",
     "provider": "coalesce(provider, '-')",
     "endpoint": "endpoint",  # chat, completions, embeddings
+    "priority": "coalesce(priority, '-')",  # '-': refused before its class was known
     "day": "date(started_at, 'unixepoch')",  # UTC
 }
 UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -109,11 +110,13 @@ def _with_endpoint(conn: sqlite3.Connection, expression: str) -> str:
         expression = expression.replace("endpoint", "'chat'")
     if "filtered" not in present:  # before output filters: none acted
         expression = expression.replace("filtered", "NULL")
+    if "priority" not in present:  # before priority classes
+        expression = expression.replace("priority", "NULL")
     return expression
 
 
 def table(conn: sqlite3.Connection, by: str, since: float | None) -> list[tuple[object, ...]]:
-    group = _with_endpoint(conn, GROUPS[by]) if by == "endpoint" else GROUPS[by]
+    group = _with_endpoint(conn, GROUPS[by]) if by in ("endpoint", "priority") else GROUPS[by]
     query = f"""
         SELECT {group} AS grp, count(*),
                sum(outcome = 'completed'), sum(outcome = 'cancelled'),

@@ -50,6 +50,27 @@ def _endpoint_problems(where: str, p: ProviderConfig) -> list[str]:
     return problems
 
 
+def _reservation_problems(where: str, p: ProviderConfig) -> list[str]:
+    """reserved_slots must leave the capped class a slot, and says for whom it is kept."""
+    if p.reserved_slots == 0 and p.reserved_for_priority_at_most is None:
+        return []
+    if p.reserved_for_priority_at_most is None:
+        return [f"{where}.reserved_slots: needs reserved_for_priority_at_most (for whom)"]
+    problems = []
+    if not PRIORITY_MIN <= p.reserved_for_priority_at_most <= PRIORITY_MAX:
+        problems.append(f"{where}.reserved_for_priority_at_most: {PRIORITY_RANGE}")
+    if p.reserved_slots < 1:
+        problems.append(
+            f"{where}.reserved_slots: must be at least 1 with reserved_for_priority_at_most"
+        )
+    elif p.reserved_slots >= p.max_inflight:
+        problems.append(
+            f"{where}.reserved_slots: must be less than max_inflight ({p.max_inflight}): the "
+            "other classes need at least one slot"
+        )
+    return problems
+
+
 def _provider_type_problems(where: str, p: ProviderConfig) -> list[str]:
     """What one provider's type requires, and what it does not take."""
     problems = []
@@ -256,6 +277,7 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
             problems.extend(_provider_type_problems(where, p))
             if p.max_inflight < 1:
                 problems.append(f"{where}.max_inflight: must be at least 1")
+            problems.extend(_reservation_problems(where, p))
             if p.weight < 0:
                 problems.append(f"{where}.weight: must be 0 or more")
             if p.queue_timeout_s < 0:

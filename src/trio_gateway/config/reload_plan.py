@@ -9,7 +9,8 @@ changes those is refused whole, each change named by its path, and the running c
 A provider that keeps its name is one of three cases (:func:`provider_change`):
 
 - **same**: the running provider (its gate, connections, health, probe) is kept;
-- **resized**: only ``weight``, ``max_inflight`` or ``queue_timeout_s`` changed: the running
+- **resized**: only ``weight``, ``max_inflight``, ``queue_timeout_s`` or the reserved slots
+  changed: the running
   provider is kept and its gate resized, so the requests it holds still count against it;
 - **replaced**: anything else (endpoint, model, credentials, timeouts...): a new provider takes
   new requests, and the old one finishes the streams it has before its connections close.
@@ -24,7 +25,13 @@ import attrs
 from trio_gateway.config.schema import GatewayConfig, ProviderConfig
 
 # Fields a running provider can take without being rebuilt.
-RESIZABLE_FIELDS = ("weight", "max_inflight", "queue_timeout_s")
+RESIZABLE_FIELDS = (
+    "weight",
+    "max_inflight",
+    "queue_timeout_s",
+    "reserved_slots",
+    "reserved_for_priority_at_most",
+)
 # Top-level sections bound to what the process set up at start.
 FIXED_SECTIONS = ("server", "websocket", "simulators", "usage", "redis", "limits")
 

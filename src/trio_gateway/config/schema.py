@@ -161,6 +161,10 @@ class ProviderConfig:
     # openai_compatible only: send each request's priority as vLLM's `priority` field, for a
     # server run with `--scheduling-policy priority` (vLLM 0.32 ignores it under "fcfs").
     priority_scheduling: bool = False
+    # Slots of max_inflight held back for requests of priority <= reserved_for_priority_at_most:
+    # the others may hold at most max_inflight - reserved_slots (capacity/priority.py).
+    reserved_slots: int = 0
+    reserved_for_priority_at_most: int | None = None
 
     @property
     def endpoint(self) -> str:

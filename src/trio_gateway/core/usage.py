@@ -82,6 +82,9 @@ class UsageRecord:
     # The output filters that acted on the answer, as "name:action" joined by commas (an
     # input filter's refusal is error_code content_filtered, with no answer to note).
     filtered: str | None = None
+    # The priority class it was served with (key, alias, x-priority: core/priority.py); None
+    # for a request refused before its class was known.
+    priority: int | None = None
 
     def as_row(self) -> dict[str, object]:
         return attrs.asdict(self)
@@ -175,6 +178,7 @@ def usage_record(
     started_at: float,
     endpoint: str = "chat",
     filtered: str | None = None,
+    priority: int | None = None,
 ) -> UsageRecord:
     """The record of a request that reached the relay.
 
@@ -211,6 +215,7 @@ def usage_record(
         started_at=started_at,
         endpoint=endpoint,
         filtered=filtered,
+        priority=priority,
     )
 
 

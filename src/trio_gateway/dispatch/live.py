@@ -16,7 +16,7 @@ from contextlib import AsyncExitStack
 import attrs
 import trio
 
-from trio_gateway.capacity.gate import LeaseBroker, LocalGate, SharedGate
+from trio_gateway.capacity.gate import LeaseBroker, LocalGate, SharedGate, reservation_of
 from trio_gateway.capacity.health import ProviderHealth, probe_service
 from trio_gateway.config.schema import ProviderConfig, Secret
 from trio_gateway.dispatch.scrape import scrape_service
@@ -55,11 +55,17 @@ class Gates:
         # max_inflight < N).
         return max(1, max_inflight // self.workers)
 
-    def make(self, key: str, max_inflight: int) -> Gate:
-        """The gate of ``key`` ("vllm", "vllm@10.0.0.1:8000")."""
+    def make(self, key: str, config: ProviderConfig) -> Gate:
+        """The gate of ``key`` ("vllm", "vllm@10.0.0.1:8000"), of one endpoint's ``config``."""
         if self.broker is not None:
-            return self.broker.gate(key, max_inflight)
-        return LocalGate(self.slots(max_inflight))
+            return self.broker.gate(key, config.max_inflight, reservation_of(config))
+        slots = self.slots(config.max_inflight)
+        return LocalGate(slots, reservation_of(config, slots))
+
+    def resize(self, gate: Gate, config: ProviderConfig) -> None:
+        """``gate`` to one endpoint's new ``config`` (max_inflight, reservation)."""
+        slots = self.slots(config.max_inflight)
+        gate.resize(slots, reservation_of(config, slots))
 
 
 @attrs.define(eq=False)
@@ -90,10 +96,10 @@ class Running:
             for replica in provider.replicas:
                 own = replica_config(config, replica.upstream.config.endpoint)
                 replica.upstream.config = own
-                replica.upstream.gate.resize(gates.slots(own.max_inflight))
+                gates.resize(replica.upstream.gate, own)
         else:
             provider.config = config
-            provider.gate.resize(gates.slots(config.max_inflight))
+            gates.resize(provider.gate, config)
 
     def idle(self) -> bool:
         """No attempt runs on it, and none waits at a gate of its own. A leased gate is the
@@ -130,7 +136,7 @@ async def open_provider(
                     own,
                     credential_source(own, api_keys, client),
                     client,
-                    gate=gates.make(f"{config.name}@{label}", own.max_inflight),
+                    gate=gates.make(f"{config.name}@{label}", own),
                     tls=tls,
                 )
                 replicas.append(Replica(label, upstream, ProviderHealth(own, now=now)))
@@ -140,7 +146,7 @@ async def open_provider(
             config,
             credential_source(config, api_keys, client),
             client,
-            gate=gates.make(config.name, config.max_inflight),
+            gate=gates.make(config.name, config),
             tls=tls,
         )
         return Running(upstream, ProviderHealth(config, now=now), stack)

@@ -138,6 +138,7 @@ def record(
         started_at=time.time() if started_wall is None else started_wall,
         endpoint=request.front or request.kind.value,
         filtered=",".join(outcome.filtered) or None,
+        priority=request.priority,
     )
     router.usage.offer(usage_rec)
     if (context := current_request()) is not None:
@@ -150,6 +151,7 @@ def record(
         result, code = "ok", ""
     metrics = router.metrics
     metrics.request(plan.alias, provider, result, code)
+    metrics.request_priority(plan.alias, request.priority, result)
     router.recent.request(provider, now, error=result == "error", ttft_s=ttft_s)
     metrics.request_ended(
         plan.alias,

@@ -9,7 +9,9 @@ allowed only while the client has seen nothing.
 
 Waiters at a gate are served by their rank (``queue_rank``): lower priority numbers first, in
 arrival order within a priority, a waiting request gaining one class per the alias's
-``priority_aging_s`` (capacity/priority.py has the bound this gives).
+``priority_aging_s`` (capacity/priority.py has the bound this gives). A provider's
+``reserved_slots`` are taken only by requests of a priority up to its
+``reserved_for_priority_at_most``: the others wait while only reserved slots are free.
 """
 
 from __future__ import annotations
@@ -245,7 +247,7 @@ class Router:
         candidates = [u for u in plan.upstreams if u.config.weight > 0] or list(plan.upstreams)
         everyone = [(u, m) for u in candidates for m in self.members(plan, u, request)]
         for provider, member in everyone:
-            if await _try_take(member.upstream.gate, borrower):
+            if await _try_take(member.upstream.gate, borrower, request.priority):
                 return provider, member
         first = candidates[0]
         waiting = self._queued.get(plan.alias, 0)
@@ -257,7 +259,9 @@ class Router:
             )
         self._queued[plan.alias] = waiting + 1
         try:
-            won = await _first_slot(everyone, borrower, config.max_queue_wait_s, rank)
+            won = await _first_slot(
+                everyone, borrower, config.max_queue_wait_s, rank, request.priority
+            )
         finally:
             left = self._queued.pop(plan.alias) - 1
             if left:
@@ -308,7 +312,7 @@ class Router:
                 members.remove(member)
             while True:
                 if member is None:
-                    member = await _acquire(provider, members, borrower, rank)
+                    member = await _acquire(provider, members, borrower, rank, request.priority)
                     if member is None:
                         failures.append(
                             Overloaded(
@@ -465,15 +469,15 @@ def _endpoint(name: str, upstream: Upstream, state: str, load: int | None) -> Re
     )
 
 
-async def _try_take(gate: LocalGate | SharedGate, borrower: object) -> bool:
+async def _try_take(gate: LocalGate | SharedGate, borrower: object, priority: int) -> bool:
     """A free slot, if there is one. A local gate's ``try_acquire`` and ``release`` each end in
     a schedule point, a turn of trio's run loop (about 65K instructions, docs/benchmarks.md)
     that a request has no use for here: the upstream exchange right after is its first wait.
     Cancellation is still checked before the take, as ``try_acquire`` checks it."""
     if isinstance(gate, LocalGate):
         await trio.lowlevel.checkpoint_if_cancelled()
-        return gate.try_acquire_nowait(borrower)
-    return await gate.try_acquire(borrower)
+        return gate.try_acquire_nowait(borrower, priority)
+    return await gate.try_acquire(borrower, priority)
 
 
 async def _give_back(gate: LocalGate | SharedGate, borrower: object) -> None:
@@ -490,22 +494,26 @@ def queue_rank(arrived: float, priority: int, aging_s: float) -> float:
 
 
 async def _acquire(
-    provider: Provider, members: list[Member], borrower: object, rank: float
+    provider: Provider, members: list[Member], borrower: object, rank: float, priority: int
 ) -> Member | None:
     """A slot on the first of ``members`` that has one free, else on whichever frees one first
     within the provider's ``queue_timeout_s``; None when none did."""
     # acquire() would refuse a free slot under a zero timeout: a free one is taken first.
     for member in members:
-        if await _try_take(member.upstream.gate, borrower):
+        if await _try_take(member.upstream.gate, borrower, priority):
             return member
     won = await _first_slot(
-        [(provider, m) for m in members], borrower, provider.config.queue_timeout_s, rank
+        [(provider, m) for m in members], borrower, provider.config.queue_timeout_s, rank, priority
     )
     return None if won is None else won[1]
 
 
 async def _first_slot(
-    candidates: list[tuple[Provider, Member]], borrower: object, timeout_s: float, rank: float
+    candidates: list[tuple[Provider, Member]],
+    borrower: object,
+    timeout_s: float,
+    rank: float,
+    priority: int,
 ) -> tuple[Provider, Member] | None:
     """The first of the candidates whose gate grants ``borrower`` a slot within ``timeout_s``;
     the others give theirs back. A slot granted is never lost to the deadline: the winner is
@@ -518,7 +526,7 @@ async def _first_slot(
 
             async def race(candidate: tuple[Provider, Member]) -> None:
                 gate = candidate[1].upstream.gate
-                await gate.acquire(borrower, rank)
+                await gate.acquire(borrower, rank, priority)
                 if winner:  # lost a photo finish: give the slot back
                     await gate.release(borrower)
                     return

@@ -45,6 +45,7 @@ class RequestContext:
     alias: str | None = None
     provider: str | None = None
     key: str | None = None
+    priority: int | None = None
     outcome: str | None = None
     code: str | None = None
     ttft_s: float | None = None
@@ -59,6 +60,7 @@ class RequestContext:
         self.alias = record.alias
         self.provider = record.provider
         self.key = record.key
+        self.priority = record.priority
         self.outcome = record.outcome
         self.code = record.error_code
         self.ttft_s = record.ttft_s
@@ -78,6 +80,7 @@ class RequestContext:
                 self.alias,
                 self.provider,
                 self.key,
+                self.priority,
                 self.ttft_s,
                 duration_s,
                 self.prompt_tokens,
@@ -91,8 +94,8 @@ class RequestContext:
         return self.access_line(duration_s).line()
 
 
-# request_id, route, status, outcome, code, alias, provider, key, ttft_s, duration_s,
-# prompt_tokens, completion_tokens, trace_id: immutable values only.
+# request_id, route, status, outcome, code, alias, provider, key, priority, ttft_s,
+# duration_s, prompt_tokens, completion_tokens, trace_id: immutable values only.
 AccessValues = tuple[
     str,
     str,
@@ -102,6 +105,7 @@ AccessValues = tuple[
     str | None,
     str | None,
     str | None,
+    int | None,
     float | None,
     float,
     int | None,
@@ -156,6 +160,7 @@ def _fields_and_text(values: AccessValues) -> tuple[dict[str, object], str]:
         alias,
         provider,
         key,
+        priority,
         ttft_s,
         duration_s,
         prompt,
@@ -173,6 +178,7 @@ def _fields_and_text(values: AccessValues) -> tuple[dict[str, object], str]:
         "alias": alias,
         "provider": provider,
         "key": key,
+        "priority": priority,
         "ttft_ms": None if ttft is None else float(ttft),
         "duration_ms": float(duration),
         "prompt_tokens": prompt,
@@ -187,6 +193,7 @@ def _fields_and_text(values: AccessValues) -> tuple[dict[str, object], str]:
         f" alias={'-' if alias is None else alias}"
         f" provider={'-' if provider is None else provider}"
         f" key={'-' if key is None else key}"
+        f" priority={'-' if priority is None else priority}"
         f" ttft_ms={'-' if ttft is None else ttft} duration_ms={duration}"
         f" prompt_tokens={'-' if prompt is None else prompt}"
         f" completion_tokens={'-' if completion is None else completion}"

@@ -35,6 +35,17 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 TTFT_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 DURATION_BUCKETS_S = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# gateway_requests_by_priority's classes: 0 to 9 as themselves, the rest of the 32-bit range
+# clamped to two labels, so a client's x-priority cannot grow the series without bound.
+PRIORITY_LABELS_MAX = 10
+
+
+def priority_label(priority: int) -> str:
+    if priority < 0:
+        return "<0"
+    if priority >= PRIORITY_LABELS_MAX:
+        return f"{PRIORITY_LABELS_MAX}+"
+    return str(priority)
 
 
 @attrs.frozen(kw_only=True)
@@ -337,6 +348,12 @@ class Metrics:
             ["alias", "provider", "kind"],
             registry=registry,
         )
+        self.priority_requests = Counter(
+            "gateway_requests_by_priority",
+            "Requests by alias, priority class (0 to 9; <0 and 10+ clamped) and outcome",
+            ["alias", "priority", "outcome"],
+            registry=registry,
+        )
         self.filter_matches = Counter(
             "gateway_filter_matches",
             "Filter matches by alias, filter and action: mask, block (an answer's), refuse (a"
@@ -365,6 +382,7 @@ class Metrics:
         registry.register(DescriptorCollector(DESCRIPTORS.by_place))
         # The series every request touches, looked up without labels() (see Children).
         self._requests = Children(self.requests)
+        self._priority_requests = Children(self.priority_requests)
         self._http_requests = Children(self.http_requests)
         self._cancellations = Children(self.cancellations)
         self._ttft = Children(self.ttft)
@@ -379,6 +397,9 @@ class Metrics:
 
     def request(self, alias: str, provider: str, outcome: str, code: str) -> None:
         self._requests.labels(alias, provider, outcome, code).inc()
+
+    def request_priority(self, alias: str, priority: int, outcome: str) -> None:
+        self._priority_requests.labels(alias, priority_label(priority), outcome).inc()
 
     def request_ended(
         self,

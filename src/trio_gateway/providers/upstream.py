@@ -21,7 +21,7 @@ import attrs
 import httpx
 import trio
 
-from trio_gateway.capacity.gate import GateStats, LocalGate, SharedGate
+from trio_gateway.capacity.gate import GateStats, LocalGate, SharedGate, reservation_of
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.core.events import Event
@@ -81,7 +81,9 @@ class Upstream:
         self.config = config
         self.name = config.name
         # max_inflight: this process's own, or leases shared through Redis (gate.py).
-        self.gate = gate if gate is not None else LocalGate(config.max_inflight)
+        self.gate = (
+            gate if gate is not None else LocalGate(config.max_inflight, reservation_of(config))
+        )
         # What the server says of its own load, scraped (scrape.py); read by routing and metrics.
         self.signals = ReplicaSignals()
         self.prefix_cache = PrefixCacheRate()
