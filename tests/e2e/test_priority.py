@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import attrs
 import httpx
 import openai
@@ -241,3 +242,44 @@ async def test_the_usage_record_and_the_metric_carry_the_class(tmp_path: Path) -
 
         assert [counted(label) for label in ("0", "1", "10+", "12", "250")] == [1, 1, 2, 0, 0]
     assert [r.priority for r in records.records] == [0, 1, 250, 12]
+
+
+async def test_the_agent_fronts_take_the_keys_priority_and_x_priority(tmp_path: Path) -> None:
+    async with classes(tmp_path) as (stack, keys):
+
+        def messages(key: str, **options: Any) -> None:
+            client = anthropic.Anthropic(
+                base_url=stack.v1.removesuffix("/v1"), api_key=key, max_retries=0
+            )
+            client.messages.create(
+                model="agent-lite",
+                max_tokens=4,
+                messages=[{"role": "user", "content": "hello"}],
+                **options,
+            )
+
+        def responses(key: str, **options: Any) -> None:
+            client = openai.OpenAI(base_url=stack.v1, api_key=key, max_retries=0, timeout=TIMEOUT_S)
+            client.responses.create(
+                model="agent-lite", input="hello", max_output_tokens=16, **options
+            )
+
+        await trio.to_thread.run_sync(lambda: messages(keys["free"]))
+        assert (await stack.sim_stats())["last_request_body"]["priority"] == 1
+        await trio.to_thread.run_sync(
+            lambda: messages(keys["paid"], extra_headers={"x-priority": "4"})
+        )
+        assert (await stack.sim_stats())["last_request_body"]["priority"] == 4
+        await trio.to_thread.run_sync(
+            lambda: responses(keys["paid"], extra_headers={"x-priority": "5"})
+        )
+        assert (await stack.sim_stats())["last_request_body"]["priority"] == 5
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            await trio.to_thread.run_sync(
+                lambda: messages(keys["free"], extra_headers={"x-priority": "0"})
+            )
+    body = refused.value.body
+    assert isinstance(body, dict)
+    assert body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    assert "may only lower its priority" in body["error"]["message"]

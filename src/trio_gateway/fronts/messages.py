@@ -18,7 +18,7 @@ from trio_gateway.core.usage import estimate_prompt_tokens, estimate_tokens
 from trio_gateway.dispatch.relay import DropConnection, Outcome
 from trio_gateway.dispatch.router import Router
 from trio_gateway.dispatch.routing import resolve_alias
-from trio_gateway.fronts.auth import authorize, with_session
+from trio_gateway.fronts.auth import authorize, prioritize, with_session
 from trio_gateway.fronts.chat import Accumulator, Answer, Encoder, known_alias, serve_request
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Receive, Send, read_body, send_json
@@ -53,7 +53,10 @@ def messages_request(router: Router, raw: bytes, key: ApiKey | None) -> ChatRequ
     translated = _read(router, raw)
     request = validate_chat_body(translated.body)
     request = attrs.evolve(request, front=FRONT)
-    return with_session(authorize(request, key), translated.session_id)
+    context = current_request()
+    header = context.priority_header if context is not None else None
+    request = prioritize(authorize(request, key), key, router.aliases, header)
+    return with_session(request, translated.session_id)
 
 
 async def handle_messages(
