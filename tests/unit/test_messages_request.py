@@ -164,6 +164,21 @@ def test_server_tools_are_dropped_and_named() -> None:
         ("server_tool", "web_search_20250305"),
         ("tool_choice", "tool_choice"),
     )
+    assert translated.dropped_tools == ("web_search_20250305",)
+
+
+def test_server_tools_named_by_known_type_or_other_and_refused_where_the_alias_says() -> None:
+    tools = [
+        {"type": "bash_20250124", "name": "bash"},
+        {"type": "x" * 500, "name": "x"},
+        {"name": "f", "input_schema": {"type": "object"}},
+    ]
+    translated = translate(body(tools=tools))
+    assert translated.dropped_tools == ("bash_20250124", "other")
+    assert [t["function"]["name"] for t in translated.body["tools"]] == ["f"]
+    with pytest.raises(UnsupportedParameter, match="'bash_20250124' server tools") as refused:
+        translate(body(tools=tools), builtin_tools="refuse")
+    assert refused.value.param == "tools.0.type"
 
 
 @pytest.mark.parametrize(

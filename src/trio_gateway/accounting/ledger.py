@@ -56,6 +56,7 @@ COLUMNS = (
     "started_at",
     "endpoint",
     "filtered",
+    "dropped_tools",
 )
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -75,7 +76,8 @@ CREATE TABLE IF NOT EXISTS usage (
     duration_s REAL NOT NULL,
     started_at REAL NOT NULL,
     endpoint TEXT NOT NULL DEFAULT 'chat',
-    filtered TEXT
+    filtered TEXT,
+    dropped_tools TEXT
 );
 CREATE INDEX IF NOT EXISTS usage_started_at ON usage (started_at);
 """
@@ -115,7 +117,11 @@ def connect(path: str) -> sqlite3.Connection:
 
 
 # Columns added since the first ledgers, with what the rows written before them hold.
-ADDED_COLUMNS = {"endpoint": "TEXT NOT NULL DEFAULT 'chat'", "filtered": "TEXT"}
+ADDED_COLUMNS = {
+    "endpoint": "TEXT NOT NULL DEFAULT 'chat'",
+    "filtered": "TEXT",
+    "dropped_tools": "TEXT",
+}
 
 
 def migrate(conn: sqlite3.Connection) -> None:
@@ -145,6 +151,7 @@ def row(record: UsageRecord) -> tuple[object, ...]:
         record.started_at,
         record.endpoint,
         record.filtered,
+        record.dropped_tools,
     )
 
 

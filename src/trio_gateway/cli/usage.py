@@ -109,6 +109,8 @@ def _with_endpoint(conn: sqlite3.Connection, expression: str) -> str:
         expression = expression.replace("endpoint", "'chat'")
     if "filtered" not in present:  # before output filters: none acted
         expression = expression.replace("filtered", "NULL")
+    if "dropped_tools" not in present:  # before the agent fronts: none dropped
+        expression = expression.replace("dropped_tools", "NULL")
     return expression
 
 

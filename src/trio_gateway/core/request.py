@@ -43,6 +43,9 @@ class ChatRequest:
     # The front that translated it into a chat request (``messages``, ``responses``), for the
     # usage record's ``endpoint``; None: the request's kind names it.
     front: str | None = None
+    # The built-in (vendor-run) tools the front dropped from the request, by type (bounded: a
+    # type the front knows, or "other"), for the usage record.
+    dropped_tools: tuple[str, ...] = ()
     # Its priority class, lower first (core/priority.py): the key's or the alias's, or lower as
     # the client asked. Orders the gateway's queues, and goes to vLLM as its `priority`.
     priority: int = 0

@@ -82,6 +82,8 @@ class UsageRecord:
     # The output filters that acted on the answer, as "name:action" joined by commas (an
     # input filter's refusal is error_code content_filtered, with no answer to note).
     filtered: str | None = None
+    # The built-in tools an agent front dropped from the request, by type, joined by commas.
+    dropped_tools: str | None = None
 
     def as_row(self) -> dict[str, object]:
         return attrs.asdict(self)
@@ -175,6 +177,7 @@ def usage_record(
     started_at: float,
     endpoint: str = "chat",
     filtered: str | None = None,
+    dropped_tools: str | None = None,
 ) -> UsageRecord:
     """The record of a request that reached the relay.
 
@@ -211,6 +214,7 @@ def usage_record(
         started_at=started_at,
         endpoint=endpoint,
         filtered=filtered,
+        dropped_tools=dropped_tools,
     )
 
 

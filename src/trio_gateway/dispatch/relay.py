@@ -138,6 +138,7 @@ def record(
         started_at=time.time() if started_wall is None else started_wall,
         endpoint=request.front or request.kind.value,
         filtered=",".join(outcome.filtered) or None,
+        dropped_tools=",".join(request.dropped_tools) or None,
     )
     router.usage.offer(usage_rec)
     if (context := current_request()) is not None:

@@ -18,7 +18,8 @@ row also in docs/api.md, "Anthropic Messages"):
 ``temperature``, ``top_p`` as is; ``top_k`` as vLLM's ``top_k``
 ``metadata.user_id``       ``user``; a Claude Code user id's ``session_id`` is the session
 ``tools``                  function tools (``input_schema`` → ``parameters``); server tools
-                           (``web_search_...``, ``bash_...``) dropped
+                           (``web_search_...``, ``bash_...``) dropped, or refused, as the
+                           alias's ``builtin_tools`` says
 ``tool_choice``            auto → ``auto``, any → ``required``, tool → the named function,
                            none → ``none``; ``disable_parallel_tool_use`` →
                            ``parallel_tool_calls: false``
@@ -40,6 +41,7 @@ from typing import Any, Final
 
 import attrs
 
+from trio_gateway.config.schema import BuiltinTools
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.reasoning_details import ANTHROPIC, ENCRYPTED, TEXT
 from trio_gateway.fronts.messages_events import decode_signature
@@ -64,6 +66,31 @@ KNOWN_DROPPED: Final = frozenset(
     }
 )
 OTHER_FIELD: Final = "other"
+# Anthropic's server tools (the vendor runs them) by type, as the header and the usage record
+# name a dropped one; any other type is "other" (a client's own string never reaches either).
+SERVER_TOOL_TYPES: Final = frozenset(
+    {
+        "web_search_20250305",
+        "web_search_20260209",
+        "web_fetch_20250910",
+        "web_fetch_20260209",
+        "code_execution_20250522",
+        "code_execution_20250825",
+        "bash_20241022",
+        "bash_20250124",
+        "text_editor_20241022",
+        "text_editor_20250124",
+        "text_editor_20250429",
+        "text_editor_20250728",
+        "computer_20241022",
+        "computer_20250124",
+        "computer_20251124",
+        "memory_20250818",
+        "tool_search_tool_regex_20251119",
+        "tool_search_tool_bm25_20251119",
+        "mcp_toolset",
+    }
+)
 TRANSLATED: Final = frozenset(
     {
         "model",
@@ -107,6 +134,8 @@ class Translated:
     # The fields dropped, as counter labels (bounded: KNOWN_DROPPED or "other"), and as the
     # client named them (for the debug log).
     dropped: tuple[tuple[str, str], ...]
+    # The server tools dropped, by type (SERVER_TOOL_TYPES or "other"), in the client's order.
+    dropped_tools: tuple[str, ...] = ()
 
 
 # --- checks, in Anthropic's words --------------------------------------------------------------
@@ -350,7 +379,12 @@ def _messages(body: Json) -> list[Json]:
 # --- tools -------------------------------------------------------------------------------------
 
 
-def _tools(value: object, dropped: list[tuple[str, str]]) -> list[Json]:
+def _tools(
+    value: object,
+    dropped: list[tuple[str, str]],
+    dropped_tools: list[str],
+    builtin_tools: BuiltinTools,
+) -> list[Json]:
     tools = []
     for i, item in enumerate(_list("tools", value)):
         path = f"tools.{i}"
@@ -359,7 +393,15 @@ def _tools(value: object, dropped: list[tuple[str, str]]) -> list[Json]:
         if kind not in (None, "custom"):
             # A server tool (web search, code execution, bash, text editor, computer use): the
             # vendor runs it, so only Anthropic could, and not through the chat shape.
+            named = kind if isinstance(kind, str) and kind in SERVER_TOOL_TYPES else OTHER_FIELD
+            if builtin_tools == "refuse":
+                raise UnsupportedParameter(
+                    f"tools.{i}: '{named}' server tools are not supported by this model "
+                    '(builtin_tools = "refuse"); only custom tools are',
+                    param=f"{path}.type",
+                )
             dropped.append(("server_tool", str(kind)[:64]))
+            dropped_tools.append(named)
             continue
         function: Json = {"name": _str(f"{path}.name", _required(tool, "name", path))}
         if tool.get("description") is not None:
@@ -454,14 +496,18 @@ def session_of(user_id: str) -> str | None:
     return session.strip()[:MAX_SESSION_CHARS]
 
 
-def translate(body: object, *, count_only: bool = False) -> Translated:
+def translate(
+    body: object, *, count_only: bool = False, builtin_tools: BuiltinTools = "drop"
+) -> Translated:
     """A Messages body → the chat body (``count_tokens`` when ``count_only``: ``max_tokens``
-    is not required there, and ``stream`` means nothing)."""
+    is not required there, and ``stream`` means nothing). Server tools are dropped, or the
+    request refused, as the alias's ``builtin_tools`` says."""
     body = _obj("body", body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _fail("model", "Field required")
     dropped: list[tuple[str, str]] = []
+    dropped_tools: list[str] = []
     chat: Json = {"model": model, "messages": _messages(body)}
     max_tokens: int | None = None
     if not count_only or body.get("max_tokens") is not None:
@@ -488,7 +534,7 @@ def translate(body: object, *, count_only: bool = False) -> Translated:
             chat["user"] = _str("metadata.user_id", user_id)
             session = session_of(chat["user"])
     if body.get("tools") is not None:
-        tools = _tools(body["tools"], dropped)
+        tools = _tools(body["tools"], dropped, dropped_tools, builtin_tools)
         if tools:
             chat["tools"] = tools
     if body.get("tool_choice") is not None:
@@ -506,4 +552,9 @@ def translate(body: object, *, count_only: bool = False) -> Translated:
     for key in body:
         if key not in TRANSLATED:
             dropped.append((key if key in KNOWN_DROPPED else OTHER_FIELD, str(key)[:64]))
-    return Translated(body=chat, session_id=session, dropped=tuple(dropped))
+    return Translated(
+        body=chat,
+        session_id=session,
+        dropped=tuple(dropped),
+        dropped_tools=tuple(dropped_tools),
+    )
