@@ -13,8 +13,13 @@ from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.usage import estimate_body_prompt
 from trio_gateway.core.validation import validate_body, within_depth
 
+# Anthropic's own fields the Messages front keeps for an Anthropic provider (cache_control
+# breakpoints, context_management, the client's anthropic-beta flags): the Anthropic dialect
+# merges them into its request (providers/anthropic/extras.py); every other provider never
+# sees them.
+ANTHROPIC_EXTRAS = "anthropic_extras"
 # Gateway extensions in the request body; never sent to a provider as they are.
-GATEWAY_FIELDS = frozenset({"reasoning", "priority"})
+GATEWAY_FIELDS = frozenset({"reasoning", "priority", ANTHROPIC_EXTRAS})
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _NOTHING_REQUIRED: frozenset[Capability] = frozenset()
 

@@ -52,7 +52,12 @@ def _read(router: Router, raw: bytes, *, count_only: bool = False) -> Translated
         context.alias = alias
     alias_config = router.aliases.get(alias) if alias is not None else None
     builtin_tools = alias_config.builtin_tools if alias_config is not None else "drop"
-    translated = translate(body, count_only=count_only, builtin_tools=builtin_tools)
+    translated = translate(
+        body,
+        count_only=count_only,
+        builtin_tools=builtin_tools,
+        anthropic_beta=context.anthropic_beta if context is not None else None,
+    )
     for label, name in translated.dropped:
         log.debug("messages: dropped %r (not translated for the chat shape)", name)
         router.metrics.front_dropped(FRONT, label)

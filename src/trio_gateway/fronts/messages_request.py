@@ -28,6 +28,10 @@ row also in docs/api.md, "Anthropic Messages"):
 ``output_config``          ``effort`` → ``reasoning_effort``; ``format`` (json_schema) →
                            ``response_format``
 ``stream``                 ``stream`` (the upstream is always asked for usage)
+``cache_control``,         kept for an Anthropic provider (``messages_extras.py``), which
+``context_management``,    alone gets them
+``service_tier``,
+``anthropic-beta``
 anything else              dropped, each named in :attr:`Translated.dropped` (logged, counted)
 =========================  =====================================================================
 """
@@ -44,7 +48,15 @@ import attrs
 from trio_gateway.config.schema import BuiltinTools
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.reasoning_details import ANTHROPIC, ENCRYPTED, TEXT
+from trio_gateway.core.request import ANTHROPIC_EXTRAS
 from trio_gateway.fronts.messages_events import decode_signature
+from trio_gateway.fronts.messages_extras import (
+    SERVER_TOOL_TYPES,
+    Extras,
+    block_breakpoint,
+    keep_fields,
+    kept_fields,
+)
 
 Json = dict[str, Any]
 
@@ -66,31 +78,6 @@ KNOWN_DROPPED: Final = frozenset(
     }
 )
 OTHER_FIELD: Final = "other"
-# Anthropic's server tools (the vendor runs them) by type, as the header and the usage record
-# name a dropped one; any other type is "other" (a client's own string never reaches either).
-SERVER_TOOL_TYPES: Final = frozenset(
-    {
-        "web_search_20250305",
-        "web_search_20260209",
-        "web_fetch_20250910",
-        "web_fetch_20260209",
-        "code_execution_20250522",
-        "code_execution_20250825",
-        "bash_20241022",
-        "bash_20250124",
-        "text_editor_20241022",
-        "text_editor_20250124",
-        "text_editor_20250429",
-        "text_editor_20250728",
-        "computer_20241022",
-        "computer_20250124",
-        "computer_20251124",
-        "memory_20250818",
-        "tool_search_tool_regex_20251119",
-        "tool_search_tool_bm25_20251119",
-        "mcp_toolset",
-    }
-)
 TRANSLATED: Final = frozenset(
     {
         "model",
@@ -257,16 +244,19 @@ def _tool_result(path: str, block: Json) -> tuple[Json, list[Json]]:
     return {"role": "tool", "tool_call_id": call_id, "content": text}, images
 
 
-def _user(path: str, content: object, out: list[Json]) -> None:
+def _user(path: str, content: object, out: list[Json], extras: Extras) -> None:
     if isinstance(content, str):
         out.append({"role": "user", "content": content})
         return
     tools: list[Json] = []
     parts: list[Json] = []
+    # Breakpoints: on a tool message (its index among the results), or on the user message.
+    marks: list[tuple[int | None, Json | None]] = []
     for i, item in enumerate(_list(f"{path}.content", content)):
         item_path = f"{path}.content.{i}"
         block = _obj(item_path, item)
         kind = _kind(item_path, block, ("text", "image", "tool_result", "document"))
+        marks.append((len(tools) if kind == "tool_result" else None, block_breakpoint(block)))
         if kind == "text":
             parts.append({"type": "text", "text": _text(item_path, block)})
         elif kind == "image":
@@ -277,11 +267,17 @@ def _user(path: str, content: object, out: list[Json]) -> None:
             message, images = _tool_result(item_path, block)
             tools.append(message)
             parts.extend(images)
+    base = len(out)
     out.extend(tools)
     if parts:
         only_text = all(p["type"] == "text" for p in parts)
         text = "\n".join(p["text"] for p in parts) if only_text else None
         out.append({"role": "user", "content": text if text is not None else parts})
+    for tool, control in marks:
+        if tool is not None:
+            extras.mark_message(base + tool, control)
+        elif parts:
+            extras.mark_message(base + len(tools), control)
 
 
 def _thinking_detail(path: str, block: Json, index: int) -> Json | None:
@@ -301,7 +297,7 @@ def _thinking_detail(path: str, block: Json, index: int) -> Json | None:
     return entry | {"format": ANTHROPIC, "index": index}
 
 
-def _assistant(path: str, content: object, out: list[Json]) -> None:
+def _assistant(path: str, content: object, out: list[Json], extras: Extras) -> None:
     if isinstance(content, str):
         out.append({"role": "assistant", "content": content})
         return
@@ -311,6 +307,7 @@ def _assistant(path: str, content: object, out: list[Json]) -> None:
     for i, item in enumerate(_list(f"{path}.content", content)):
         item_path = f"{path}.content.{i}"
         block = _obj(item_path, item)
+        extras.mark_message(len(out), block_breakpoint(block))
         kind = _kind(
             item_path, block, ("text", "tool_use", "thinking", "redacted_thinking", "image")
         )
@@ -344,21 +341,23 @@ def _assistant(path: str, content: object, out: list[Json]) -> None:
     out.append(message)
 
 
-def _system(value: object, path: str = "system") -> Json:
+def _system(value: object, path: str, out: list[Json], extras: Extras) -> None:
     if isinstance(value, str):
-        return {"role": "system", "content": value}
+        out.append({"role": "system", "content": value})
+        return
     texts = []
     for i, item in enumerate(_list(path, value)):
         block = _obj(f"{path}.{i}", item)
         _kind(f"{path}.{i}", block, ("text",))
         texts.append(_text(f"{path}.{i}", block))
-    return {"role": "system", "content": "\n\n".join(texts)}
+        extras.mark_message(len(out), block_breakpoint(block))
+    out.append({"role": "system", "content": "\n\n".join(texts)})
 
 
-def _messages(body: Json) -> list[Json]:
+def _messages(body: Json, extras: Extras) -> list[Json]:
     out: list[Json] = []
     if body.get("system") is not None:
-        out.append(_system(body["system"]))
+        _system(body["system"], "system", out, extras)
     for i, item in enumerate(_list("messages", _required(body, "messages"))):
         path = f"messages.{i}"
         message = _obj(path, item)
@@ -368,9 +367,9 @@ def _messages(body: Json) -> list[Json]:
         content = _required(message, "content", path)
         if role == "system":
             # In its place: every provider's translation takes a system message anywhere.
-            out.append(_system(content, f"{path}.content"))
+            _system(content, f"{path}.content", out, extras)
         else:
-            (_user if role == "user" else _assistant)(path, content, out)
+            (_user if role == "user" else _assistant)(path, content, out, extras)
     if not any(m["role"] != "system" for m in out):
         raise _fail("messages", "at least one message is required")
     return out
@@ -384,8 +383,9 @@ def _tools(
     dropped: list[tuple[str, str]],
     dropped_tools: list[str],
     builtin_tools: BuiltinTools,
+    extras: Extras,
 ) -> list[Json]:
-    tools = []
+    tools: list[Json] = []
     for i, item in enumerate(_list("tools", value)):
         path = f"tools.{i}"
         tool = _obj(path, item)
@@ -409,6 +409,7 @@ def _tools(
         function["parameters"] = _obj(f"{path}.input_schema", _required(tool, "input_schema", path))
         if tool.get("strict") is not None:
             function["strict"] = tool["strict"] is True
+        extras.mark_tool(len(tools), block_breakpoint(tool))
         tools.append({"type": "function", "function": function})
     return tools
 
@@ -497,7 +498,11 @@ def session_of(user_id: str) -> str | None:
 
 
 def translate(
-    body: object, *, count_only: bool = False, builtin_tools: BuiltinTools = "drop"
+    body: object,
+    *,
+    count_only: bool = False,
+    builtin_tools: BuiltinTools = "drop",
+    anthropic_beta: str | None = None,
 ) -> Translated:
     """A Messages body → the chat body (``count_tokens`` when ``count_only``: ``max_tokens``
     is not required there, and ``stream`` means nothing). Server tools are dropped, or the
@@ -508,7 +513,8 @@ def translate(
         raise _fail("model", "Field required")
     dropped: list[tuple[str, str]] = []
     dropped_tools: list[str] = []
-    chat: Json = {"model": model, "messages": _messages(body)}
+    extras = Extras()
+    chat: Json = {"model": model, "messages": _messages(body, extras)}
     max_tokens: int | None = None
     if not count_only or body.get("max_tokens") is not None:
         max_tokens = _int("max_tokens", _required(body, "max_tokens"), 1)
@@ -534,7 +540,7 @@ def translate(
             chat["user"] = _str("metadata.user_id", user_id)
             session = session_of(chat["user"])
     if body.get("tools") is not None:
-        tools = _tools(body["tools"], dropped, dropped_tools, builtin_tools)
+        tools = _tools(body["tools"], dropped, dropped_tools, builtin_tools, extras)
         if tools:
             chat["tools"] = tools
     if body.get("tool_choice") is not None:
@@ -549,8 +555,12 @@ def translate(
         if type(body["stream"]) is not bool:
             raise _fail("stream", "Input should be a valid boolean")
         chat["stream"] = body["stream"]
+    keep_fields(body, extras, anthropic_beta)
+    kept = extras.body()
+    if kept is not None and not count_only:
+        chat[ANTHROPIC_EXTRAS] = kept
     for key in body:
-        if key not in TRANSLATED:
+        if key not in TRANSLATED and key not in kept_fields(kept):
             dropped.append((key if key in KNOWN_DROPPED else OTHER_FIELD, str(key)[:64]))
     return Translated(
         body=chat,
