@@ -231,7 +231,14 @@ async def test_claude_codes_turn_is_served_as_is(vendor: str) -> None:
             )
             for field in ("context_management", "other")
         }
-        assert dropped == {"context_management": 1.0, "other": 1.0}
+        # context_management is kept for Anthropic, not dropped; the unknown field is.
+        assert dropped == {"context_management": None, "other": 1.0}
+        headers = f.sims[vendor].engine.stats().last_request_headers
+    # Anthropic's own fields reach Anthropic only, and no vendor sees the gateway's field.
+    assert "anthropic_extras" not in sent
+    if vendor != "anthropic":
+        assert "cache_control" not in json.dumps(sent) and "context_management" not in sent
+        assert not any("anthropic-beta" in h for h in headers)
     if vendor == "vllm":
         assert sent["max_tokens"] == 4096
         assert sent["chat_template_kwargs"] == {"enable_thinking": True}
@@ -242,7 +249,20 @@ async def test_claude_codes_turn_is_served_as_is(vendor: str) -> None:
         assert sent["thinking"]["type"] == "enabled"
         assert sent["max_tokens"] <= 4096  # the model's output cap, not a refusal
         assert len(sent["tools"]) == 12
-        assert "context_management" not in sent
+        assert sent["context_management"] == {
+            "edits": [{"type": "clear_thinking_20251015", "keep": "all"}]
+        }
+        # Each breakpoint on the block built from the one it was on: the three system blocks
+        # are one text here (the front joins them), the user's two texts one block, and the
+        # environment (a system message, no breakpoint) the second system block.
+        ephemeral = {"type": "ephemeral"}
+        assert [b.get("cache_control") for b in sent["system"]] == [ephemeral, None]
+        assert sent["system"][0]["text"].endswith("Help with software tasks.")
+        (turn,) = sent["messages"]
+        assert [b.get("cache_control") for b in turn["content"]] == [ephemeral]
+        assert [t.get("cache_control") for t in sent["tools"]] == [None] * 11 + [ephemeral]
+        beta = [h["anthropic-beta"] for h in headers if "anthropic-beta" in h]
+        assert beta[0].split(",") == list(BETAS)
         # The session's user id reaches Anthropic as its own metadata.
         assert json.loads(sent["metadata"]["user_id"])["session_id"] == SESSION
     else:

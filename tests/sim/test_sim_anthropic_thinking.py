@@ -134,3 +134,35 @@ async def test_the_sdk_sends_a_signed_answer_back_and_the_loop_thinks_on(
     assert first.content[0].signature == thinking_signature("look it up")
     assert [b.type for b in second.content] == ["thinking", "tool_use"]
     assert "Expected `thinking` or `redacted_thinking`" in refused.message
+
+
+def managed(edits: Any, thinking: Any = THINKING) -> bytes:
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 2048,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+        "context_management": {"edits": edits},
+    }
+    if thinking is not None:
+        body["thinking"] = thinking
+    return json.dumps(body).encode()
+
+
+CLEAR_THINKING = {"type": "clear_thinking_20251015", "keep": "all"}
+CLEAR_TOOLS = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1}}
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        (managed([CLEAR_THINKING, CLEAR_TOOLS]), None),
+        (managed([CLEAR_TOOLS], thinking=None), None),
+        (managed([CLEAR_THINKING], thinking=None), "requires thinking to be enabled"),
+        (managed([CLEAR_TOOLS, CLEAR_THINKING]), "must come first"),
+        (managed([{"type": "clear_everything"}]), "edits.0.type: Input should be"),
+        (managed("all"), "edits: Input should be a valid list"),
+    ],
+)
+def test_context_management_as_anthropic_checks_it(raw: bytes, problem: str | None) -> None:
+    found = refusal(raw)
+    assert found == problem if problem is None else problem in (found or "")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import attrs
+
 from trio_gateway.accounting.ledger import COLUMNS, connect, write_batch
 from trio_gateway.cli.usage import records, table
 from trio_gateway.core.usage import UsageRecord
@@ -76,4 +78,20 @@ def test_the_priority_class_is_recorded_and_grouped(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     assert [r["priority"] for r in records(conn, None)] == [None, 0, 3, 3]
     assert [row[:2] for row in table(conn, "priority", None)] == [(0, 1), (3, 2), ("-", 1)]
+
+
+def test_dropped_tools_column_written_added_and_read_as_none_from_an_older_ledger(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.sqlite3"
+    old_ledger(path)
+    readonly = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    assert [r["dropped_tools"] for r in records(readonly, None)] == [None]
+    readonly.close()
+    conn = connect(str(path))
+    noted = attrs.evolve(record("new", "messages"), dropped_tools="web_search_20250305,other")
+    write_batch(conn, [noted])
+    conn.close()
+    conn = sqlite3.connect(path)
+    assert [r["dropped_tools"] for r in records(conn, None)] == [None, "web_search_20250305,other"]
     conn.close()

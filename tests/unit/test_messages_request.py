@@ -164,6 +164,21 @@ def test_server_tools_are_dropped_and_named() -> None:
         ("server_tool", "web_search_20250305"),
         ("tool_choice", "tool_choice"),
     )
+    assert translated.dropped_tools == ("web_search_20250305",)
+
+
+def test_server_tools_named_by_known_type_or_other_and_refused_where_the_alias_says() -> None:
+    tools = [
+        {"type": "bash_20250124", "name": "bash"},
+        {"type": "x" * 500, "name": "x"},
+        {"name": "f", "input_schema": {"type": "object"}},
+    ]
+    translated = translate(body(tools=tools))
+    assert translated.dropped_tools == ("bash_20250124", "other")
+    assert [t["function"]["name"] for t in translated.body["tools"]] == ["f"]
+    with pytest.raises(UnsupportedParameter, match="'bash_20250124' server tools") as refused:
+        translate(body(tools=tools), builtin_tools="refuse")
+    assert refused.value.param == "tools.0.type"
 
 
 @pytest.mark.parametrize(
@@ -229,11 +244,15 @@ def test_the_session_in_a_claude_code_user_id(user_id: str, session: str | None)
 
 
 def test_unknown_fields_are_dropped_with_bounded_labels() -> None:
-    translated = translate(body(context_management={"edits": []}, some_future_field=1))
-    assert "context_management" not in translated.body
-    assert translated.dropped == (
+    fields = {"context_management": {"edits": []}, "container": "c", "some_future_field": 1}
+    translated = translate(body(**fields))
+    assert "context_management" not in translated.body and "container" not in translated.body
+    # Kept for Anthropic (not counted as dropped); the others dropped.
+    assert translated.body["anthropic_extras"] == {"context_management": {"edits": []}}
+    assert translated.dropped == (("container", "container"), ("other", "some_future_field"))
+    # One of a shape Anthropic does not have is dropped as any other.
+    assert translate(body(context_management=[])).dropped == (
         ("context_management", "context_management"),
-        ("other", "some_future_field"),
     )
 
 
@@ -302,13 +321,13 @@ def test_the_request_names_its_front_session_and_counts_what_it_dropped() -> Non
     metrics = Metrics(lambda: [])
     router: Any = SimpleNamespace(aliases={"m": None}, metrics=metrics)
     user_id = json.dumps({"device_id": "d", "session_id": "s-42"})
-    raw = json.dumps(body(metadata={"user_id": user_id}, context_management={}, x_new=1))
+    raw = json.dumps(body(metadata={"user_id": user_id}, container={}, x_new=1))
     request = messages_request(router, raw.encode(), None)
     assert (request.front, request.session_id, request.alias) == ("messages", "s-42", "m")
     counted = {
         field: metrics.registry.get_sample_value(
             "gateway_front_dropped_fields_total", {"front": "messages", "field": field}
         )
-        for field in ("context_management", "other")
+        for field in ("container", "other")
     }
-    assert counted == {"context_management": 1.0, "other": 1.0}
+    assert counted == {"container": 1.0, "other": 1.0}

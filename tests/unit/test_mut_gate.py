@@ -73,8 +73,12 @@ def test_procs_is_no_gate_s_key() -> None:
     broker = _broker(_Redis())
     with pytest.raises(ValueError) as caught:
         broker.gate("procs", 1)
-    assert str(caught.value) == "'procs' is reserved: {lease}:procs holds the live processes"
+    assert str(caught.value) == "'procs': procs and capped:* are the gateway's own lease keys"
+    with pytest.raises(ValueError) as capped:
+        broker.gate("capped:g", 1)
+    assert str(capped.value) == "'capped:g': procs and capped:* are the gateway's own lease keys"
     assert broker.gate("PROCS", 1).key == "PROCS"
+    assert broker.gate("g-capped:", 1).key == "g-capped:"
 
 
 async def test_renewal_reads_the_peers_and_the_cluster_count() -> None:

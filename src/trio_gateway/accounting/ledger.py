@@ -57,6 +57,7 @@ COLUMNS = (
     "endpoint",
     "filtered",
     "priority",
+    "dropped_tools",
 )
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -77,7 +78,8 @@ CREATE TABLE IF NOT EXISTS usage (
     started_at REAL NOT NULL,
     endpoint TEXT NOT NULL DEFAULT 'chat',
     filtered TEXT,
-    priority INTEGER
+    priority INTEGER,
+    dropped_tools TEXT
 );
 CREATE INDEX IF NOT EXISTS usage_started_at ON usage (started_at);
 """
@@ -121,6 +123,7 @@ ADDED_COLUMNS = {
     "endpoint": "TEXT NOT NULL DEFAULT 'chat'",
     "filtered": "TEXT",
     "priority": "INTEGER",
+    "dropped_tools": "TEXT",
 }
 
 
@@ -152,6 +155,7 @@ def row(record: UsageRecord) -> tuple[object, ...]:
         record.endpoint,
         record.filtered,
         record.priority,
+        record.dropped_tools,
     )
 
 

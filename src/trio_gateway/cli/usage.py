@@ -112,6 +112,8 @@ def _with_endpoint(conn: sqlite3.Connection, expression: str) -> str:
         expression = expression.replace("filtered", "NULL")
     if "priority" not in present:  # before priority classes
         expression = expression.replace("priority", "NULL")
+    if "dropped_tools" not in present:  # before the agent fronts: none dropped
+        expression = expression.replace("dropped_tools", "NULL")
     return expression
 
 

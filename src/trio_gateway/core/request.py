@@ -13,8 +13,13 @@ from trio_gateway.core.kind import RequestKind
 from trio_gateway.core.usage import estimate_body_prompt
 from trio_gateway.core.validation import validate_body, within_depth
 
+# Anthropic's own fields the Messages front keeps for an Anthropic provider (cache_control
+# breakpoints, context_management, the client's anthropic-beta flags): the Anthropic dialect
+# merges them into its request (providers/anthropic/extras.py); every other provider never
+# sees them.
+ANTHROPIC_EXTRAS = "anthropic_extras"
 # Gateway extensions in the request body; never sent to a provider as they are.
-GATEWAY_FIELDS = frozenset({"reasoning", "priority"})
+GATEWAY_FIELDS = frozenset({"reasoning", "priority", ANTHROPIC_EXTRAS})
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _NOTHING_REQUIRED: frozenset[Capability] = frozenset()
 
@@ -43,6 +48,9 @@ class ChatRequest:
     # The front that translated it into a chat request (``messages``, ``responses``), for the
     # usage record's ``endpoint``; None: the request's kind names it.
     front: str | None = None
+    # The built-in (vendor-run) tools the front dropped from the request, by type (bounded: a
+    # type the front knows, or "other"), for the usage record.
+    dropped_tools: tuple[str, ...] = ()
     # Its priority class, lower first (core/priority.py): the key's or the alias's, or lower as
     # the client asked. Orders the gateway's queues, and goes to vLLM as its `priority`.
     priority: int = 0

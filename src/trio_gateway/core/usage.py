@@ -85,6 +85,8 @@ class UsageRecord:
     # The priority class it was served with (key, alias, x-priority: core/priority.py); None
     # for a request refused before its class was known.
     priority: int | None = None
+    # The built-in tools an agent front dropped from the request, by type, joined by commas.
+    dropped_tools: str | None = None
 
     def as_row(self) -> dict[str, object]:
         return attrs.asdict(self)
@@ -179,6 +181,7 @@ def usage_record(
     endpoint: str = "chat",
     filtered: str | None = None,
     priority: int | None = None,
+    dropped_tools: str | None = None,
 ) -> UsageRecord:
     """The record of a request that reached the relay.
 
@@ -216,6 +219,7 @@ def usage_record(
         endpoint=endpoint,
         filtered=filtered,
         priority=priority,
+        dropped_tools=dropped_tools,
     )
 
 

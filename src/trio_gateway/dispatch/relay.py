@@ -139,6 +139,7 @@ def record(
         endpoint=request.front or request.kind.value,
         filtered=",".join(outcome.filtered) or None,
         priority=request.priority,
+        dropped_tools=",".join(request.dropped_tools) or None,
     )
     router.usage.offer(usage_rec)
     if (context := current_request()) is not None:

@@ -162,6 +162,7 @@ class GatewayApp:
             route=f"{scope['method']} {scope['path'][:MAX_LOGGED_PATH_CHARS]}",
             trace=trace_for(named.get(b"traceparent"), named.get(b"tracestate")),
             priority_header=named.get(b"x-priority"),
+            anthropic_beta=named.get(b"anthropic-beta"),
         )
         with request_context(context):
             try:
@@ -425,7 +426,14 @@ def count_refused(router: Router, record: UsageRecord) -> None:
 
 # The request headers the app reads, found in one pass over the headers instead of one each.
 NAMED_HEADERS = frozenset(
-    {b"x-request-id", b"traceparent", b"tracestate", b"x-session-id", b"x-priority"}
+    {
+        b"x-request-id",
+        b"traceparent",
+        b"tracestate",
+        b"x-session-id",
+        b"x-priority",
+        b"anthropic-beta",
+    }
 )
 
 

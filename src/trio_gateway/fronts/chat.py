@@ -260,8 +260,16 @@ class Answer:
     stream_error: Callable[[GatewayError], bytes] = openai_stream_error
     # Written after the last event of a stream (the events front's end marker, say).
     closing: Callable[[], bytes] = lambda: b""
-    # Headers of its own on every answer (the Responses front's x-gateway-dropped-tools).
+    # Headers of its own on every answer (the agent fronts' x-gateway-dropped-tools).
     headers: Sequence[tuple[bytes, bytes]] = ()
+
+
+def dropped_tools_headers(request: ChatRequest) -> list[tuple[bytes, bytes]]:
+    """The agent fronts' ``x-gateway-dropped-tools``: the built-in tools dropped from the
+    request, by type (each a type the front knows, or "other"), when there are any."""
+    if not request.dropped_tools:
+        return []
+    return [(b"x-gateway-dropped-tools", ", ".join(request.dropped_tools).encode())]
 
 
 async def serve_request(

@@ -19,7 +19,14 @@ from trio_gateway.dispatch.relay import DropConnection, Outcome
 from trio_gateway.dispatch.router import Router
 from trio_gateway.dispatch.routing import resolve_alias
 from trio_gateway.fronts.auth import authorize, prioritize, with_session
-from trio_gateway.fronts.chat import Accumulator, Answer, Encoder, known_alias, serve_request
+from trio_gateway.fronts.chat import (
+    Accumulator,
+    Answer,
+    Encoder,
+    dropped_tools_headers,
+    known_alias,
+    serve_request,
+)
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Receive, Send, read_body, send_json
 from trio_gateway.fronts.messages_events import (
@@ -40,9 +47,17 @@ def _read(router: Router, raw: bytes, *, count_only: bool = False) -> Translated
     ``chat.read_request`` does, so a refusal is recorded under it."""
     body = read_chat_json(raw)
     context = current_request()
+    alias = known_alias(router, body)
     if context is not None:
-        context.alias = known_alias(router, body)
-    translated = translate(body, count_only=count_only)
+        context.alias = alias
+    alias_config = router.aliases.get(alias) if alias is not None else None
+    builtin_tools = alias_config.builtin_tools if alias_config is not None else "drop"
+    translated = translate(
+        body,
+        count_only=count_only,
+        builtin_tools=builtin_tools,
+        anthropic_beta=context.anthropic_beta if context is not None else None,
+    )
     for label, name in translated.dropped:
         log.debug("messages: dropped %r (not translated for the chat shape)", name)
         router.metrics.front_dropped(FRONT, label)
@@ -52,7 +67,7 @@ def _read(router: Router, raw: bytes, *, count_only: bool = False) -> Translated
 def messages_request(router: Router, raw: bytes, key: ApiKey | None) -> ChatRequest:
     translated = _read(router, raw)
     request = validate_chat_body(translated.body)
-    request = attrs.evolve(request, front=FRONT)
+    request = attrs.evolve(request, front=FRONT, dropped_tools=translated.dropped_tools)
     context = current_request()
     header = context.priority_header if context is not None else None
     request = prioritize(authorize(request, key), key, router.aliases, header)
@@ -95,6 +110,7 @@ async def handle_messages(
         stream=stream,
         error_shape=anthropic_error,
         stream_error=anthropic_stream_error,
+        headers=dropped_tools_headers(request),
     )
     return await serve_request(
         router, server, request, answer, request_id, receive, send, drop_connection, key, client

@@ -18,7 +18,8 @@ row also in docs/api.md, "Anthropic Messages"):
 ``temperature``, ``top_p`` as is; ``top_k`` as vLLM's ``top_k``
 ``metadata.user_id``       ``user``; a Claude Code user id's ``session_id`` is the session
 ``tools``                  function tools (``input_schema`` → ``parameters``); server tools
-                           (``web_search_...``, ``bash_...``) dropped
+                           (``web_search_...``, ``bash_...``) dropped, or refused, as the
+                           alias's ``builtin_tools`` says
 ``tool_choice``            auto → ``auto``, any → ``required``, tool → the named function,
                            none → ``none``; ``disable_parallel_tool_use`` →
                            ``parallel_tool_calls: false``
@@ -27,6 +28,10 @@ row also in docs/api.md, "Anthropic Messages"):
 ``output_config``          ``effort`` → ``reasoning_effort``; ``format`` (json_schema) →
                            ``response_format``
 ``stream``                 ``stream`` (the upstream is always asked for usage)
+``cache_control``,         kept for an Anthropic provider (``messages_extras.py``), which
+``context_management``,    alone gets them
+``service_tier``,
+``anthropic-beta``
 anything else              dropped, each named in :attr:`Translated.dropped` (logged, counted)
 =========================  =====================================================================
 """
@@ -40,9 +45,18 @@ from typing import Any, Final
 
 import attrs
 
+from trio_gateway.config.schema import BuiltinTools
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.reasoning_details import ANTHROPIC, ENCRYPTED, TEXT
+from trio_gateway.core.request import ANTHROPIC_EXTRAS
 from trio_gateway.fronts.messages_events import decode_signature
+from trio_gateway.fronts.messages_extras import (
+    SERVER_TOOL_TYPES,
+    Extras,
+    block_breakpoint,
+    keep_fields,
+    kept_fields,
+)
 
 Json = dict[str, Any]
 
@@ -107,6 +121,8 @@ class Translated:
     # The fields dropped, as counter labels (bounded: KNOWN_DROPPED or "other"), and as the
     # client named them (for the debug log).
     dropped: tuple[tuple[str, str], ...]
+    # The server tools dropped, by type (SERVER_TOOL_TYPES or "other"), in the client's order.
+    dropped_tools: tuple[str, ...] = ()
 
 
 # --- checks, in Anthropic's words --------------------------------------------------------------
@@ -228,16 +244,19 @@ def _tool_result(path: str, block: Json) -> tuple[Json, list[Json]]:
     return {"role": "tool", "tool_call_id": call_id, "content": text}, images
 
 
-def _user(path: str, content: object, out: list[Json]) -> None:
+def _user(path: str, content: object, out: list[Json], extras: Extras) -> None:
     if isinstance(content, str):
         out.append({"role": "user", "content": content})
         return
     tools: list[Json] = []
     parts: list[Json] = []
+    # Breakpoints: on a tool message (its index among the results), or on the user message.
+    marks: list[tuple[int | None, Json | None]] = []
     for i, item in enumerate(_list(f"{path}.content", content)):
         item_path = f"{path}.content.{i}"
         block = _obj(item_path, item)
         kind = _kind(item_path, block, ("text", "image", "tool_result", "document"))
+        marks.append((len(tools) if kind == "tool_result" else None, block_breakpoint(block)))
         if kind == "text":
             parts.append({"type": "text", "text": _text(item_path, block)})
         elif kind == "image":
@@ -248,11 +267,17 @@ def _user(path: str, content: object, out: list[Json]) -> None:
             message, images = _tool_result(item_path, block)
             tools.append(message)
             parts.extend(images)
+    base = len(out)
     out.extend(tools)
     if parts:
         only_text = all(p["type"] == "text" for p in parts)
         text = "\n".join(p["text"] for p in parts) if only_text else None
         out.append({"role": "user", "content": text if text is not None else parts})
+    for tool, control in marks:
+        if tool is not None:
+            extras.mark_message(base + tool, control)
+        elif parts:
+            extras.mark_message(base + len(tools), control)
 
 
 def _thinking_detail(path: str, block: Json, index: int) -> Json | None:
@@ -272,7 +297,7 @@ def _thinking_detail(path: str, block: Json, index: int) -> Json | None:
     return entry | {"format": ANTHROPIC, "index": index}
 
 
-def _assistant(path: str, content: object, out: list[Json]) -> None:
+def _assistant(path: str, content: object, out: list[Json], extras: Extras) -> None:
     if isinstance(content, str):
         out.append({"role": "assistant", "content": content})
         return
@@ -282,6 +307,7 @@ def _assistant(path: str, content: object, out: list[Json]) -> None:
     for i, item in enumerate(_list(f"{path}.content", content)):
         item_path = f"{path}.content.{i}"
         block = _obj(item_path, item)
+        extras.mark_message(len(out), block_breakpoint(block))
         kind = _kind(
             item_path, block, ("text", "tool_use", "thinking", "redacted_thinking", "image")
         )
@@ -315,21 +341,23 @@ def _assistant(path: str, content: object, out: list[Json]) -> None:
     out.append(message)
 
 
-def _system(value: object, path: str = "system") -> Json:
+def _system(value: object, path: str, out: list[Json], extras: Extras) -> None:
     if isinstance(value, str):
-        return {"role": "system", "content": value}
+        out.append({"role": "system", "content": value})
+        return
     texts = []
     for i, item in enumerate(_list(path, value)):
         block = _obj(f"{path}.{i}", item)
         _kind(f"{path}.{i}", block, ("text",))
         texts.append(_text(f"{path}.{i}", block))
-    return {"role": "system", "content": "\n\n".join(texts)}
+        extras.mark_message(len(out), block_breakpoint(block))
+    out.append({"role": "system", "content": "\n\n".join(texts)})
 
 
-def _messages(body: Json) -> list[Json]:
+def _messages(body: Json, extras: Extras) -> list[Json]:
     out: list[Json] = []
     if body.get("system") is not None:
-        out.append(_system(body["system"]))
+        _system(body["system"], "system", out, extras)
     for i, item in enumerate(_list("messages", _required(body, "messages"))):
         path = f"messages.{i}"
         message = _obj(path, item)
@@ -339,9 +367,9 @@ def _messages(body: Json) -> list[Json]:
         content = _required(message, "content", path)
         if role == "system":
             # In its place: every provider's translation takes a system message anywhere.
-            out.append(_system(content, f"{path}.content"))
+            _system(content, f"{path}.content", out, extras)
         else:
-            (_user if role == "user" else _assistant)(path, content, out)
+            (_user if role == "user" else _assistant)(path, content, out, extras)
     if not any(m["role"] != "system" for m in out):
         raise _fail("messages", "at least one message is required")
     return out
@@ -350,8 +378,14 @@ def _messages(body: Json) -> list[Json]:
 # --- tools -------------------------------------------------------------------------------------
 
 
-def _tools(value: object, dropped: list[tuple[str, str]]) -> list[Json]:
-    tools = []
+def _tools(
+    value: object,
+    dropped: list[tuple[str, str]],
+    dropped_tools: list[str],
+    builtin_tools: BuiltinTools,
+    extras: Extras,
+) -> list[Json]:
+    tools: list[Json] = []
     for i, item in enumerate(_list("tools", value)):
         path = f"tools.{i}"
         tool = _obj(path, item)
@@ -359,7 +393,15 @@ def _tools(value: object, dropped: list[tuple[str, str]]) -> list[Json]:
         if kind not in (None, "custom"):
             # A server tool (web search, code execution, bash, text editor, computer use): the
             # vendor runs it, so only Anthropic could, and not through the chat shape.
+            named = kind if isinstance(kind, str) and kind in SERVER_TOOL_TYPES else OTHER_FIELD
+            if builtin_tools == "refuse":
+                raise UnsupportedParameter(
+                    f"tools.{i}: '{named}' server tools are not supported by this model "
+                    '(builtin_tools = "refuse"); only custom tools are',
+                    param=f"{path}.type",
+                )
             dropped.append(("server_tool", str(kind)[:64]))
+            dropped_tools.append(named)
             continue
         function: Json = {"name": _str(f"{path}.name", _required(tool, "name", path))}
         if tool.get("description") is not None:
@@ -367,6 +409,7 @@ def _tools(value: object, dropped: list[tuple[str, str]]) -> list[Json]:
         function["parameters"] = _obj(f"{path}.input_schema", _required(tool, "input_schema", path))
         if tool.get("strict") is not None:
             function["strict"] = tool["strict"] is True
+        extras.mark_tool(len(tools), block_breakpoint(tool))
         tools.append({"type": "function", "function": function})
     return tools
 
@@ -454,15 +497,24 @@ def session_of(user_id: str) -> str | None:
     return session.strip()[:MAX_SESSION_CHARS]
 
 
-def translate(body: object, *, count_only: bool = False) -> Translated:
+def translate(
+    body: object,
+    *,
+    count_only: bool = False,
+    builtin_tools: BuiltinTools = "drop",
+    anthropic_beta: str | None = None,
+) -> Translated:
     """A Messages body → the chat body (``count_tokens`` when ``count_only``: ``max_tokens``
-    is not required there, and ``stream`` means nothing)."""
+    is not required there, and ``stream`` means nothing). Server tools are dropped, or the
+    request refused, as the alias's ``builtin_tools`` says."""
     body = _obj("body", body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _fail("model", "Field required")
     dropped: list[tuple[str, str]] = []
-    chat: Json = {"model": model, "messages": _messages(body)}
+    dropped_tools: list[str] = []
+    extras = Extras()
+    chat: Json = {"model": model, "messages": _messages(body, extras)}
     max_tokens: int | None = None
     if not count_only or body.get("max_tokens") is not None:
         max_tokens = _int("max_tokens", _required(body, "max_tokens"), 1)
@@ -488,7 +540,7 @@ def translate(body: object, *, count_only: bool = False) -> Translated:
             chat["user"] = _str("metadata.user_id", user_id)
             session = session_of(chat["user"])
     if body.get("tools") is not None:
-        tools = _tools(body["tools"], dropped)
+        tools = _tools(body["tools"], dropped, dropped_tools, builtin_tools, extras)
         if tools:
             chat["tools"] = tools
     if body.get("tool_choice") is not None:
@@ -503,7 +555,16 @@ def translate(body: object, *, count_only: bool = False) -> Translated:
         if type(body["stream"]) is not bool:
             raise _fail("stream", "Input should be a valid boolean")
         chat["stream"] = body["stream"]
+    keep_fields(body, extras, anthropic_beta)
+    kept = extras.body()
+    if kept is not None and not count_only:
+        chat[ANTHROPIC_EXTRAS] = kept
     for key in body:
-        if key not in TRANSLATED:
+        if key not in TRANSLATED and key not in kept_fields(kept):
             dropped.append((key if key in KNOWN_DROPPED else OTHER_FIELD, str(key)[:64]))
-    return Translated(body=chat, session_id=session, dropped=tuple(dropped))
+    return Translated(
+        body=chat,
+        session_id=session,
+        dropped=tuple(dropped),
+        dropped_tools=tuple(dropped_tools),
+    )

@@ -34,7 +34,14 @@ from trio_gateway.core.validation import within_depth
 from trio_gateway.dispatch.relay import DropConnection, Outcome
 from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import authorize, prioritize, with_session
-from trio_gateway.fronts.chat import Accumulator, Answer, Encoder, known_alias, serve_request
+from trio_gateway.fronts.chat import (
+    Accumulator,
+    Answer,
+    Encoder,
+    dropped_tools_headers,
+    known_alias,
+    serve_request,
+)
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Message, Receive, Send, read_body, send_json
 from trio_gateway.fronts.responses_events import ResponseWriter
@@ -45,7 +52,6 @@ from trio_gateway.ops.access import current as current_request
 log = logging.getLogger("trio_gateway")
 
 FRONT: Final = "responses"
-DROPPED_TOOLS_HEADER: Final = b"x-gateway-dropped-tools"
 # How long a request naming a response still being written waits for it to be stored: the
 # client may send its next turn as soon as it read the last event, before the store has it.
 PENDING_WAIT_S: Final = 10.0
@@ -151,7 +157,8 @@ async def handle_responses(
     request = authorize(validate_chat_body(parsed.chat, depth_known=depth_known), key)
     header = context.priority_header if context is not None else None
     request = prioritize(request, key, router.aliases, header)
-    request = with_session(attrs.evolve(request, front=FRONT), session_id or parsed.session)
+    request = attrs.evolve(request, front=FRONT, dropped_tools=parsed.dropped_tools)
+    request = with_session(request, session_id or parsed.session)
 
     writers: list[ResponseWriter] = []
     # Its own, not the request id's: a client's x-request-id may come twice, a response id not.
@@ -180,11 +187,12 @@ async def handle_responses(
     def stream_error(error: GatewayError) -> bytes:
         return writers[-1].fail(error) if writers else b""
 
-    headers: list[tuple[bytes, bytes]] = []
-    if parsed.dropped_tools:
-        headers.append((DROPPED_TOOLS_HEADER, ", ".join(parsed.dropped_tools).encode()))
     answer = Answer(
-        id_prefix="resp", whole=whole, stream=stream, stream_error=stream_error, headers=headers
+        id_prefix="resp",
+        whole=whole,
+        stream=stream,
+        stream_error=stream_error,
+        headers=dropped_tools_headers(request),
     )
     stored = False
 

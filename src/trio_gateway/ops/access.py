@@ -41,6 +41,8 @@ class RequestContext:
     status: int | None = None  # HTTP status sent; None for a WebSocket request, or none sent
     # The client's x-priority header, read by the front with the body (core/priority.py).
     priority_header: str | None = None
+    # The client's anthropic-beta header, read by the Messages front (passed on to Anthropic).
+    anthropic_beta: str | None = None
     # Filled in by relay.record (or by the front for a request refused before it).
     alias: str | None = None
     provider: str | None = None

@@ -27,6 +27,7 @@ _FIELDS = frozenset(
     {
         "model", "messages", "max_tokens", "system", "stream", "temperature", "top_p", "top_k",
         "stop_sequences", "tools", "tool_choice", "thinking", "metadata", "service_tier",
+        "context_management",
     }
 )  # fmt: skip
 
@@ -401,6 +402,35 @@ def _int_field(data: Mapping[str, Any], name: str) -> int:
     return value
 
 
+# Anthropic's context editing strategies (context-management-2025-06-27).
+_CLEAR_THINKING = "clear_thinking_20251015"
+_EDITS = (_CLEAR_THINKING, "clear_tool_uses_20250919")
+
+
+def _check_context_management(value: Any, thinking: bool) -> None:
+    """As Anthropic checks it: ``{"edits": [...]}``, each edit a known strategy; clearing
+    thinking needs thinking on, and comes first when strategies are combined."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise _Invalid("context_management: Input should be an object")
+    _extra("context_management.", value, frozenset({"edits"}))
+    edits = value.get("edits")
+    if not isinstance(edits, list):
+        raise _Invalid("context_management.edits: Input should be a valid list")
+    for i, edit in enumerate(edits):
+        kind = edit.get("type") if isinstance(edit, dict) else None
+        if kind not in _EDITS:
+            expected = " or ".join(repr(e) for e in _EDITS)
+            raise _Invalid(f"context_management.edits.{i}.type: Input should be {expected}")
+        if kind == _CLEAR_THINKING and not thinking:
+            raise _Invalid(
+                f"context_management.edits.{i}: {_CLEAR_THINKING} requires thinking to be enabled"
+            )
+        if kind == _CLEAR_THINKING and i > 0:
+            raise _Invalid(f"context_management.edits: {_CLEAR_THINKING} must come first")
+
+
 def _validate(data: Mapping[str, Any], config: SimConfig) -> MessagesRequest | ApiError:
     _extra("", data, _FIELDS)
     model = data.get("model")
@@ -419,6 +449,7 @@ def _validate(data: Mapping[str, Any], config: SimConfig) -> MessagesRequest | A
     thinking = _check_thinking(data, max_tokens, choice)
     if thinking:
         _check_tool_loop_thinking(data["messages"])
+    _check_context_management(data.get("context_management"), thinking)
     if model != config.served_model_name:
         return anthropic_error(404, "not_found_error", f"model: {model}")
     if (refusal := anthropic_refusal(model, data)) is not None:

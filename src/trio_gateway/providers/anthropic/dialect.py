@@ -37,6 +37,7 @@ from trio_gateway.core.sse import SSEEvent, json_data
 from trio_gateway.core.toolcalls import ToolCallAssembler
 from trio_gateway.core.usage import PartialUsage, estimate_tokens
 from trio_gateway.providers.anthropic.errors import classify_error, classify_stream_error
+from trio_gateway.providers.anthropic.extras import beta_headers
 from trio_gateway.providers.anthropic.model_rules import apply_model_rules
 from trio_gateway.providers.anthropic.request import (
     DROPPED_FIELDS,
@@ -457,6 +458,7 @@ class AnthropicDialect:
                 "anthropic-version": API_VERSION,
                 "content-type": "application/json",
                 "accept": "text/event-stream",
+                **beta_headers(request.body),
             },
         )
 

@@ -43,6 +43,7 @@ from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.request import ChatRequest
+from trio_gateway.providers.anthropic.extras import extras_fields, mark_tools, read_extras
 from trio_gateway.providers.anthropic.reasoning import (
     resumes_thinking,
     thinking_blocks,
@@ -230,7 +231,9 @@ def _tool_results_first(blocks: list[Block]) -> list[Block]:
     return results + [b for b in blocks if b["type"] != "tool_result"]
 
 
-def translate_messages(messages: list[dict[str, Any]]) -> tuple[list[Block], list[Block]]:
+def translate_messages(
+    messages: list[dict[str, Any]], marks: Mapping[int, Block] | None = None
+) -> tuple[list[Block], list[Block]]:
     """OpenAI ``messages`` → Anthropic's ``system`` text blocks and its ``messages``.
 
     - ``system`` and ``developer`` messages, wherever they stand, become the top-level system
@@ -244,6 +247,9 @@ def translate_messages(messages: list[dict[str, Any]]) -> tuple[list[Block], lis
       (:data:`LEADING_USER_TEXT`): Anthropic requires the user to speak first.
     - A conversation that ends with the assistant is sent as is: Anthropic continues that text
       (prefill), and models without prefill answer 400, passed on as an invalid request.
+
+    ``marks``: cache_control breakpoints by message index (the Messages front's, kept for
+    Anthropic: ``extras.py``), each put on the last block built from that message.
     """
     system: list[Block] = []
     turns: list[Block] = []
@@ -251,7 +257,9 @@ def translate_messages(messages: list[dict[str, Any]]) -> tuple[list[Block], lis
         path = f"messages[{i}]"
         role = message["role"]
         if role in ("system", "developer"):
-            system.extend({"type": "text", "text": t} for t in content_texts(message["content"]))
+            texts = [{"type": "text", "text": t} for t in content_texts(message["content"])]
+            _mark(texts, marks, i)
+            system.extend(texts)
             continue
         if role == "user":
             blocks = _user_blocks(message["content"], path)
@@ -266,6 +274,7 @@ def translate_messages(messages: list[dict[str, Any]]) -> tuple[list[Block], lis
             )
         if not blocks:
             continue
+        _mark(blocks, marks, i)
         if turns and turns[-1]["role"] == role:
             turns[-1]["content"].extend(blocks)
         else:
@@ -281,6 +290,11 @@ def translate_messages(messages: list[dict[str, Any]]) -> tuple[list[Block], lis
     if turns[0]["role"] == "assistant":
         turns.insert(0, {"role": "user", "content": [{"type": "text", "text": LEADING_USER_TEXT}]})
     return system, turns
+
+
+def _mark(blocks: list[Block], marks: Mapping[int, Block] | None, index: int) -> None:
+    if marks and index in marks and blocks:
+        blocks[-1]["cache_control"] = dict(marks[index])
 
 
 # --- tools -------------------------------------------------------------------------------------
@@ -441,7 +455,8 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
     if "audio" in (_given(body, "modalities") or ()):
         raise UnsupportedParameter("anthropic cannot answer with audio", param="modalities")
 
-    system, messages = translate_messages(body["messages"])
+    extras = read_extras(request.body)
+    system, messages = translate_messages(body["messages"], extras.messages)
     reasoning = request.reasoning
     if reasoning and in_tool_loop(messages) and not resumes_thinking(messages):
         # Without its signed thinking the turn cannot think: reasoning resumes with the next
@@ -459,6 +474,7 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
     tools = _given(body, "tools")
     if tools:
         out["tools"] = translate_tools(tools)
+        mark_tools(out["tools"], extras)
         tool_choice = translate_tool_choice(body, thinking=thinking_on)
         if tool_choice is not None:
             out["tool_choice"] = tool_choice
@@ -474,5 +490,6 @@ def build_body(request: ChatRequest, provider: ProviderConfig) -> dict[str, Any]
     output_config = _output_config(body)
     if output_config is not None:
         out["output_config"] = output_config
+    out.update(extras_fields(extras, thinking_on=thinking_on))
     out["stream"] = True
     return out
