@@ -134,9 +134,16 @@ def read_request(
     context = current_request()
     if context is not None:
         context.alias = known_alias(router, body)
-    request = authorize(validate(body, raw), key)
+    return for_key(router, validate(body, raw), key)
+
+
+def for_key(router: Router, request: ChatRequest, key: ApiKey | None) -> ChatRequest:
+    """A validated request as its key may make it (``authorize``), at its priority class: the
+    key's or alias's, or the lower one its ``x-priority`` asks for (``prioritize``). Every front
+    goes through here once its body is a chat request."""
+    context = current_request()
     header = context.priority_header if context is not None else None
-    return prioritize(request, key, router.aliases, header)
+    return prioritize(authorize(request, key), key, router.aliases, header)
 
 
 class Accumulator(Protocol):

@@ -18,12 +18,13 @@ from trio_gateway.core.usage import estimate_prompt_tokens, estimate_tokens
 from trio_gateway.dispatch.relay import DropConnection, Outcome
 from trio_gateway.dispatch.router import Router
 from trio_gateway.dispatch.routing import resolve_alias
-from trio_gateway.fronts.auth import authorize, prioritize, with_session
+from trio_gateway.fronts.auth import authorize, with_session
 from trio_gateway.fronts.chat import (
     Accumulator,
     Answer,
     Encoder,
     dropped_tools_headers,
+    for_key,
     known_alias,
     serve_request,
 )
@@ -68,10 +69,7 @@ def messages_request(router: Router, raw: bytes, key: ApiKey | None) -> ChatRequ
     translated = _read(router, raw)
     request = validate_chat_body(translated.body)
     request = attrs.evolve(request, front=FRONT, dropped_tools=translated.dropped_tools)
-    context = current_request()
-    header = context.priority_header if context is not None else None
-    request = prioritize(authorize(request, key), key, router.aliases, header)
-    return with_session(request, translated.session_id)
+    return with_session(for_key(router, request, key), translated.session_id)
 
 
 async def handle_messages(

@@ -33,12 +33,13 @@ from trio_gateway.core.request import read_chat_json, validate_chat_body
 from trio_gateway.core.validation import within_depth
 from trio_gateway.dispatch.relay import DropConnection, Outcome
 from trio_gateway.dispatch.router import Router
-from trio_gateway.fronts.auth import authorize, prioritize, with_session
+from trio_gateway.fronts.auth import with_session
 from trio_gateway.fronts.chat import (
     Accumulator,
     Answer,
     Encoder,
     dropped_tools_headers,
+    for_key,
     known_alias,
     serve_request,
 )
@@ -154,9 +155,7 @@ async def handle_responses(
         builtin_tools=alias_config.builtin_tools if alias_config is not None else "drop",
     )
     _count_dropped(router, parsed.dropped_fields, parsed.dropped_tools)
-    request = authorize(validate_chat_body(parsed.chat, depth_known=depth_known), key)
-    header = context.priority_header if context is not None else None
-    request = prioritize(request, key, router.aliases, header)
+    request = for_key(router, validate_chat_body(parsed.chat, depth_known=depth_known), key)
     request = attrs.evolve(request, front=FRONT, dropped_tools=parsed.dropped_tools)
     request = with_session(request, session_id or parsed.session)
 
