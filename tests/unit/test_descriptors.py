@@ -5,10 +5,12 @@ http1/exhaustion.py, process/descriptors.py)."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import resource
 from typing import Any
 
+import h11
 import pytest
 import trio
 import trio.testing
@@ -48,6 +50,17 @@ def test_is_exhaustion(error: BaseException | None, expected: bool) -> None:
 
 
 def test_the_accept_refusal_is_a_whole_503_overloaded() -> None:
+    # Judged by h11, a strict parser, not only by our own reading of it.
+    client = h11.Connection(h11.CLIENT)
+    client.send(h11.Request(method="POST", target="/", headers=[("host", "x")]))
+    client.receive_data(REFUSAL)
+    response = client.next_event()
+    assert isinstance(response, h11.Response) and response.status_code == 503
+    assert (b"retry-after", b"1") in response.headers
+    data = client.next_event()
+    assert isinstance(data, h11.Data)
+    assert json.loads(data.data)["error"]["code"] == "overloaded"
+    assert isinstance(client.next_event(), h11.EndOfMessage)
     head, _, body = REFUSAL.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 503 ")
     assert b"\r\nretry-after: 1" in head and b"\r\nconnection: close" in head
