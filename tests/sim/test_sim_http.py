@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from typing import Any
 
 import httpx
@@ -217,8 +218,14 @@ async def test_non_stream_disconnect_aborts_too(
 ) -> None:
     sim = await start_sim(decode_step_s=0.01)
     body = {"messages": PARIS, "max_tokens": 1000, "ignore_eos": True}
-    with trio.move_on_after(0.1):
-        await client.post(sim.base_url + "/v1/chat/completions", json=body)
+    # The client leaves once the sim runs its request: a fixed delay instead was, on a loaded
+    # machine, sometimes shorter than the request's way there, and nothing was aborted.
+    async with trio.open_nursery() as nursery:
+        url = sim.base_url + "/v1/chat/completions"
+        nursery.start_soon(partial(client.post, url, json=body))
+        with trio.fail_after(5):
+            await sim.engine.wait_until(lambda s: s.running == 1)
+        nursery.cancel_scope.cancel()
     with trio.fail_after(2):
         stats = await sim.engine.wait_until(lambda s: s.aborts == 1)
     assert stats.running == 0 and stats.tokens_generated < 1000
