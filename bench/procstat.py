@@ -4,6 +4,11 @@ The gateway and the naive proxy are measured by the benchmark process, never by 
 the measurement costs them nothing and works for any server. ``Sampler`` reads them in a
 thread every ``interval_s`` (a /proc read is a few microseconds: it does not disturb the load
 generator's event loop) and keeps the series, from which before / peak / after are taken.
+
+What is sampled is the process **and its descendants**: a server whose work is done by
+children (nginx's worker under its master, ``[server] workers = 2`` under the gateway's
+supervisor) is measured whole, CPU, RSS and descriptors summed over the tree; for a server of
+one process the tree is that process.
 """
 
 from __future__ import annotations
@@ -30,6 +35,58 @@ def cpu_seconds(pid: int) -> float | None:
     # The command name (field 2) may hold spaces: count fields after its closing parenthesis.
     fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _reaped_children_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid``'s children that exited and were waited for (cutime + cstime):
+    a worker that dies and is reaped mid-run leaves the live tree, not the sum."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
+
+
+# The kernel lists a task's children in /proc/PID/task/TID/children where built with
+# CONFIG_PROC_CHILDREN; elsewhere every process's parent is read instead.
+_CHILDREN_FILES = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists()
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of ``pid`` (of every thread of it: a child belongs to the thread
+    that forked it)."""
+    if not _CHILDREN_FILES:
+        return [int(e) for e in os.listdir("/proc") if e.isdigit() and _parent(int(e)) == pid]
+    children: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for tid in tasks:
+        with contextlib.suppress(OSError):
+            children += [
+                int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+            ]
+    return children
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants, ``pid`` first."""
+    found = [pid]
+    i = 0
+    while i < len(found):
+        found += [c for c in child_pids(found[i]) if c not in found]
+        i += 1
+    return found
 
 
 def rss_kib(pid: int) -> int | None:
@@ -86,17 +143,33 @@ def raise_nofile_limit() -> tuple[int, int]:
 
 @attrs.frozen
 class Point:
+    """One sample of a process tree: CPU, RSS and descriptors summed over its processes."""
+
     t_s: float  # seconds since the sampler started
     cpu_s: float
     rss_kib: int
     fds: int
+    processes: int = 1
+    root_cpu_s: float = 0.0  # the root process's own share of cpu_s (nginx's master, say)
 
 
 def _point(pid: int, t_s: float) -> Point | None:
-    cpu, rss, fds = cpu_seconds(pid), rss_kib(pid), fd_count(pid)
-    if cpu is None or rss is None or fds is None:
+    root_cpu = cpu_seconds(pid)
+    if root_cpu is None:
         return None
-    return Point(t_s=t_s, cpu_s=cpu, rss_kib=rss, fds=fds)
+    cpu, rss, fds, processes = _reaped_children_cpu_s(pid), 0, 0, 0
+    for member in tree_pids(pid):
+        member_cpu = root_cpu if member == pid else cpu_seconds(member)
+        member_rss, member_fds = rss_kib(member), fd_count(member)
+        if member_cpu is None or member_rss is None or member_fds is None:
+            if member == pid:
+                return None
+            continue  # a child that exited between the listing and the reads
+        cpu += member_cpu
+        rss += member_rss
+        fds += member_fds
+        processes += 1
+    return Point(t_s=t_s, cpu_s=cpu, rss_kib=rss, fds=fds, processes=processes, root_cpu_s=root_cpu)
 
 
 class Sampler:
@@ -151,6 +224,10 @@ class Sampler:
         ]
         return {
             "cpu_s": (end.cpu_s - start.cpu_s) if start and end else None,
+            # Of cpu_s, the root's own: all of it for one process; next to nothing for nginx's
+            # master or the gateway's supervisor, whose children do the work.
+            "cpu_s_root": (end.root_cpu_s - start.root_cpu_s) if start and end else None,
+            "processes_peak": max((p.processes for p in window), default=None),
             "rss_kib_before": start.rss_kib if start else None,
             "rss_kib_peak": max((p.rss_kib for p in window), default=None),
             "rss_kib_after": after.rss_kib if after else None,
@@ -186,24 +263,31 @@ TCP_CLOSE_WAIT = "08"
 
 
 def connections(pid: int, listen_port: int, upstream_port: int) -> dict[str, int] | None:
-    """The process's open TCP sockets by role: ``clients`` (accepted on ``listen_port``),
-    ``clients_close_wait`` (of those, closed by the client but not yet by the process),
-    ``upstream`` (to ``upstream_port``: a pool's keep-alive connections stay open by design),
-    ``other``; and ``fds``, all its descriptors, from the same listing (a count compared with
-    the roles must be of the same moment: a pool closing idle connections between two looks
-    made a leak count negative); None when the process is gone."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return None
-    links = []
-    for fd in fds:
-        # A descriptor may close between the listing and the read: skip it, it is gone.
-        with contextlib.suppress(OSError):
-            links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-    inodes = [int(link[8:-1]) for link in links if link.startswith("socket:[")]
+    """The open TCP sockets of the process and its descendants (``tree_pids``) by role:
+    ``clients`` (accepted on ``listen_port``), ``clients_close_wait`` (of those, closed by the
+    client but not yet by the process), ``upstream`` (to ``upstream_port``: a pool's
+    keep-alive connections stay open by design), ``other``; and ``fds``, all their
+    descriptors, from the same listing (a count compared with the roles must be of the same
+    moment: a pool closing idle connections between two looks made a leak count negative);
+    None when the process is gone."""
+    fd_total = 0
+    inodes: set[int] = set()  # a socket inherited across a fork is one connection
+    for i, member in enumerate(tree_pids(pid)):
+        try:
+            fds = os.listdir(f"/proc/{member}/fd")
+        except OSError:
+            if i == 0:
+                return None
+            continue
+        fd_total += len(fds)
+        for fd in fds:
+            # A descriptor may close between the listing and the read: skip it, it is gone.
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{member}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(int(link[8:-1]))
     table = _tcp_table(pid)
-    counts = {"clients": 0, "clients_close_wait": 0, "upstream": 0, "other": 0, "fds": len(fds)}
+    counts = {"clients": 0, "clients_close_wait": 0, "upstream": 0, "other": 0, "fds": fd_total}
     for inode in inodes:
         entry = table.get(inode)
         if entry is None:
