@@ -1,4 +1,4 @@
-"""What every scenario of the suite shares: the three modes, the processes, the numbers.
+"""What every scenario of the suite shares: the modes, the processes, the numbers.
 
 One run of a scenario starts one simulator (``bench/sim_server.py``, configured for the
 scenario), one naive proxy and one gateway (a generated config: one alias, one
@@ -8,6 +8,10 @@ then runs the same load three ways, one mode after another:
 - ``direct``: the load generator talks to the simulator;
 - ``naive``: through ``bench/naive_proxy.py`` (trio + hypercorn + httpx, no logic);
 - ``gateway``: through ``trio-gateway serve``.
+
+A and B add ``nginx``: a real nginx as a pass-through reverse proxy (``bench/nginx_proxy.py``),
+the C reference; A adds ``gateway-w2``: the same gateway with ``[server] workers = 2``. A
+scenario names the modes it runs (``add_common(parser, modes)``) and refuses others.
 
 Between modes the simulator's counters are reset (``POST /sim/reset``) after it went idle, so
 each mode's counters are its own. The load generator is the benchmark process itself, never the
@@ -35,6 +39,7 @@ import attrs
 import httpx
 import trio
 
+from bench import nginx_proxy
 from bench.processes import PYTHON, Child, ProcessFailed, _wait_ready, free_port, stop_all
 from bench.procstat import Sampler, connections, loadavg, raise_nofile_limit
 
@@ -42,7 +47,17 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
 PLOTS_DIR = ROOT / "docs" / "bench"
 MODES = ("direct", "naive", "gateway")
-LABELS = {"direct": "direct", "naive": "naive proxy", "gateway": "trio-gateway"}
+NGINX_MODE = "nginx"
+GATEWAY_W2 = "gateway-w2"
+LABELS = {
+    "direct": "direct",
+    "naive": "naive proxy",
+    NGINX_MODE: "nginx",
+    "gateway": "trio-gateway",
+    GATEWAY_W2: "trio-gateway, 2 workers",
+}
+# Where the modes beyond the three run, for the refusal of the others.
+RUN_IN = {NGINX_MODE: "A and B (overhead, stream_timing)", GATEWAY_W2: "A (overhead)"}
 # A mode a scenario may add after the three: a second gateway, configured otherwise
 # (``run_scenario(variants=...)``), run in the same stack as the first for a like-for-like row.
 FILTERED = "gateway+filter"
@@ -63,11 +78,16 @@ class Common:
     results_dir: Path
     plots_dir: Path
     gateway_log_level: str
+    # Modes of the default set this machine cannot run, and why (nginx not installed).
+    skipped: Mapping[str, str] = attrs.field(factory=dict)
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
+def add_common(parser: argparse.ArgumentParser, modes: Sequence[str] = MODES) -> None:
     parser.add_argument(
-        "--modes", default=",".join(MODES), help="comma-separated subset of " + ", ".join(MODES)
+        "--modes",
+        default=None,
+        help=f"comma-separated subset of {', '.join(modes)} (default: all of them; nginx "
+        "left out, with a note, where /usr/sbin/nginx is missing)",
     )
     parser.add_argument(
         "--smoke", action="store_true", help="tiny sizes: checks that the scenario runs"
@@ -84,12 +104,26 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def common_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Common:
-    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    if not modes or any(m not in MODES for m in modes):
-        parser.error(f"--modes: choose from {', '.join(MODES)}")
+def common_from(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, supported: Sequence[str] = MODES
+) -> Common:
+    asked = args.modes is not None
+    text = args.modes if asked else ",".join(supported)
+    modes = tuple(m.strip() for m in text.split(",") if m.strip())
+    others = [m for m in modes if m not in supported]
+    if not modes or others:
+        where = "".join(f"; {m} runs in {RUN_IN[m]} only" for m in others if m in RUN_IN)
+        parser.error(f"--modes: choose from {', '.join(supported)}{where}")
+    skipped: dict[str, str] = {}
+    if NGINX_MODE in modes and (why := nginx_proxy.missing()) is not None:
+        if asked:
+            parser.error(f"--modes {NGINX_MODE}: {why}")
+        skipped[NGINX_MODE] = why
+        note(f"the {NGINX_MODE} mode is skipped: {why}")
+        modes = tuple(m for m in modes if m != NGINX_MODE)
     return Common(
         modes=modes,
+        skipped=skipped,
         smoke=args.smoke,
         plots=not args.no_plots,
         results_dir=args.results_dir,
@@ -172,7 +206,7 @@ class Stack:
     sim_port: int
     abort_log: Path
     targets: dict[str, tuple[int, str]]  # mode -> (port, model name to ask for)
-    children: dict[str, Child]  # "naive", "gateway" when started
+    children: dict[str, Child]  # "naive", "nginx", "gateway" and variants when started
     is_sim: bool  # False: bench/fast_upstream.py (no counters, no /sim endpoints)
 
     def pid(self, mode: str) -> int | None:
@@ -199,7 +233,7 @@ def stack(
     logs: Path,
     variants: Mapping[str, GatewaySettings] | None = None,
 ) -> Iterator[Stack]:
-    """Start the simulator (``sim`` None: bench/fast_upstream.py instead), and the proxy and
+    """Start the simulator (``sim`` None: bench/fast_upstream.py instead), and the proxies and
     the gateways the modes need (``variants``: more modes, each another gateway), all at once
     (the gateway's imports take seconds on a busy machine); stop them all on the way out."""
     raise_nofile_limit()  # inherited by every child
@@ -229,6 +263,11 @@ def stack(
                 child = _spawn("naive proxy", [*argv, "--upstream", sim_url], logs / "naive.log")
                 children.append((child, f"http://127.0.0.1:{port}/health"))
                 targets["naive"], started["naive"] = (port, SERVED_MODEL), child
+            if NGINX_MODE in common.modes:
+                port = free_port()
+                child = _start_nginx(exits, port, sim_port, gateway.max_inflight, logs)
+                children.append((child, f"http://127.0.0.1:{port}/health"))
+                targets[NGINX_MODE], started[NGINX_MODE] = (port, SERVED_MODEL), child
             gateways = {"gateway": gateway, **(variants or {})}
             for i, (mode, settings) in enumerate(gateways.items()):
                 if mode not in common.modes:
@@ -257,6 +296,26 @@ def stack(
             )
         finally:
             stop_all([child for child, _ in reversed(children)])
+
+
+def _start_nginx(
+    exits: contextlib.ExitStack, port: int, sim_port: int, keepalive: int, logs: Path
+) -> Child:
+    # Its own directory, readable by all: run as root, nginx's worker runs as `nobody` and
+    # must reach the temp directories (the run's other directory is root's alone).
+    prefix = Path(exits.enter_context(tempfile.TemporaryDirectory(prefix="bench-nginx-")))
+    prefix.chmod(0o755)
+    settings = nginx_proxy.NginxSettings(
+        listen_port=port,
+        upstream_port=sim_port,
+        keepalive=keepalive,
+        prefix=prefix,
+        access_log=(logs / "nginx-access.log").resolve(),
+    )
+    conf = prefix / "nginx.conf"
+    conf.write_text(nginx_proxy.nginx_conf(settings), encoding="utf-8")
+    (logs / "nginx.conf").write_text(conf.read_text(encoding="utf-8"), encoding="utf-8")
+    return _spawn(NGINX_MODE, nginx_proxy.nginx_argv(conf, prefix), logs / "nginx.log")
 
 
 def sim_stats(sim_url: str) -> dict[str, Any]:
@@ -501,7 +560,7 @@ def run_scenario(
     extra: dict[str, Any] | None = None,
     variants: Mapping[str, GatewaySettings] | None = None,
 ) -> list[Any]:
-    """One scenario's three modes on one stack, then its JSON result, table and verdicts: the
+    """One scenario's modes on one stack, then its JSON result, table and verdicts: the
     part every scenario shares. ``run_one(stack, mode)`` gives a mode's row; ``targets(rows)``
     its verdicts; ``table(rows)`` the markdown printed."""
     load_before = loadavg()
@@ -520,6 +579,7 @@ def run_scenario(
             "sim": attrs.asdict(sim) if sim is not None else None,
             "gateway": attrs.asdict(gateway),
             "variants": {mode: attrs.asdict(s) for mode, s in (variants or {}).items()},
+            "skipped_modes": dict(common.skipped),
             **(extra or {}),
             "loadavg_before": load_before,
             "wall_s": wall_s,

@@ -8,6 +8,11 @@ proxy and the gateway the process's CPU milliseconds per request and its RSS.
 
 Targets (issue 12): gateway requests/s ≥ 2x the naive proxy's; ≤ 1 ms gateway CPU per request.
 
+Two more modes than the three (issue 33): ``nginx``, a real nginx as a pass-through reverse
+proxy (``bench/nginx_proxy.py``), the floor a proxy in C sets; and ``gateway-w2``, the same
+gateway with ``[server] workers = 2`` (a supervisor and two worker processes on one socket,
+CPU and RSS summed over the three), each worker with the single gateway's ``max_inflight``.
+
     .venv/bin/python -m bench.overhead                 # 50 clients, 10 s per mode
     .venv/bin/python -m bench.overhead --smoke --no-plots
 """
@@ -26,10 +31,20 @@ import attrs
 import trio
 
 from bench import harness
-from bench.harness import LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
+from bench.harness import (
+    GATEWAY_W2,
+    LABELS,
+    NGINX_MODE,
+    Common,
+    GatewaySettings,
+    SimSettings,
+    Stack,
+    fmt,
+)
 from bench.rawhttp import RequestFailed, Response, connect, error_code, post_bytes
 
 SCENARIO = "overhead"
+MODES = ("direct", "naive", NGINX_MODE, "gateway", GATEWAY_W2)
 
 
 @attrs.frozen(kw_only=True)
@@ -190,7 +205,7 @@ def parse(argv: Sequence[str]) -> tuple[Common, Config]:
         description="Scenario A: tiny non-streamed requests; req/s and CPU per request.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    harness.add_common(p)
+    harness.add_common(p, MODES)
     p.add_argument("--concurrency", type=int, default=50, help="clients, one connection each")
     p.add_argument("--duration-s", type=float, default=10.0, help="measured, per mode")
     p.add_argument("--warmup-s", type=float, default=1.0, help="before, not counted")
@@ -201,7 +216,7 @@ def parse(argv: Sequence[str]) -> tuple[Common, Config]:
         help="fast: canned answers (bench/fast_upstream.py); sim: the vLLM simulator",
     )
     a = p.parse_args(argv)
-    common = harness.common_from(p, a)
+    common = harness.common_from(p, a, MODES)
     if common.smoke:
         return common, Config(concurrency=4, duration_s=0.6, warmup_s=0.2, upstream=a.upstream)
     return common, Config(
@@ -209,6 +224,17 @@ def parse(argv: Sequence[str]) -> tuple[Common, Config]:
         duration_s=a.duration_s,
         warmup_s=a.warmup_s,
         upstream=a.upstream,
+    )
+
+
+def two_workers(settings: GatewaySettings) -> GatewaySettings:
+    """The gateway with ``[server] workers = 2``. Without Redis each worker takes
+    ``max_inflight // 2`` of the provider's slots: twice as many in all leaves each worker the
+    single gateway's, so that the row compares processes, not slots."""
+    return attrs.evolve(
+        settings,
+        max_inflight=2 * settings.max_inflight,
+        server_extra=f"{settings.server_extra}\nworkers = 2",
     )
 
 
@@ -237,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         table=table,
         config=cfg,
         extra={"upstream": "simulator" if sim else "bench/fast_upstream.py"},
+        variants={GATEWAY_W2: two_workers(gateway)} if GATEWAY_W2 in common.modes else None,
     )
     if common.plots:
         from bench.plots import cdf_panels

@@ -9,7 +9,9 @@ streams pooled), completions and failures, and for the proxy and the gateway the
 µs per relayed chunk (its CPU seconds over the run / SSE data events the clients received).
 
 Targets (issue 12): ≤ 100 µs gateway CPU per chunk; gateway inter-chunk p99 within 10 ms of
-direct; gateway TTFT p99 within 300 ms of direct.
+direct; gateway TTFT p99 within 300 ms of direct. The ``nginx`` mode (issue 33) runs a real
+nginx as a pass-through reverse proxy (``bench/nginx_proxy.py``): the same measurements, the
+floor a proxy in C sets.
 
 ``--filter-patterns N`` adds a fourth mode, ``gateway+filter``: a second gateway, the same but
 for an output filter of N literal patterns (``mask``, on content, reasoning and tool
@@ -38,10 +40,20 @@ import attrs
 import trio
 
 from bench import harness
-from bench.harness import FILTERED, LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
+from bench.harness import (
+    FILTERED,
+    LABELS,
+    NGINX_MODE,
+    Common,
+    GatewaySettings,
+    SimSettings,
+    Stack,
+    fmt,
+)
 from bench.streams import chat_request, closed_loop, failures_text, summarize
 
 SCENARIO = "stream_timing"
+MODES = ("direct", "naive", NGINX_MODE, "gateway")
 
 
 @attrs.frozen(kw_only=True)
@@ -191,7 +203,7 @@ def parse(argv: Sequence[str]) -> tuple[Common, Config]:
         description="Scenario B: TTFT, inter-chunk gaps and CPU per relayed chunk.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    harness.add_common(p)
+    harness.add_common(p, MODES)
     p.add_argument("--streams", type=int, default=200)
     p.add_argument("--concurrency", type=int, default=100, help="streams at once")
     p.add_argument("--max-tokens", type=int, default=200, help="tokens per stream")
@@ -203,7 +215,7 @@ def parse(argv: Sequence[str]) -> tuple[Common, Config]:
         help="N > 0: also run gateway+filter, an output filter of N patterns on the alias",
     )
     a = p.parse_args(argv)
-    common = harness.common_from(p, a)
+    common = harness.common_from(p, a, MODES)
     if a.filter_patterns > 0 and "gateway" in common.modes:
         common = attrs.evolve(common, modes=(*common.modes, FILTERED))
     if common.smoke:

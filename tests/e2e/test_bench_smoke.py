@@ -1,5 +1,7 @@
-"""Each benchmark scenario (docs/benchmarks.md) runs end to end with tiny sizes, in all three
-modes (direct, naive proxy, gateway), so the suite does not rot between full runs.
+"""Each benchmark scenario (docs/benchmarks.md) runs end to end with tiny sizes, in all its
+modes (direct, naive proxy, gateway; A and B nginx too, A the gateway with two workers), so
+the suite does not rot between full runs. Where /usr/sbin/nginx is missing (``make test``
+installs it) A and B run without their nginx mode, and say so in their JSON.
 
 The scenarios' entry points are called in this process (their own child processes are real:
 the simulator, the naive proxy, ``trio-gateway serve``); each writes its JSON to a temporary
@@ -20,6 +22,7 @@ import pytest
 from bench import (
     cancellation,
     fleet,
+    nginx_proxy,
     overhead,
     priority,
     scale,
@@ -30,6 +33,9 @@ from bench import (
 
 pytestmark = pytest.mark.slow
 MODES = ["direct", "naive", "gateway"]
+NGINX_MISSING = nginx_proxy.missing()
+# The nginx mode where it can run; else the scenario leaves it out and records why.
+NGINX = [] if NGINX_MISSING else ["nginx"]
 
 
 def run(
@@ -70,29 +76,50 @@ def check_middle(row: dict[str, Any]) -> None:
     assert proc["series"]
 
 
+def check_skipped(result: dict[str, Any]) -> None:
+    expected = {} if NGINX_MISSING is None else {"nginx": NGINX_MISSING}
+    assert result["skipped_modes"] == expected
+
+
+def check_tree(row: dict[str, Any], processes: int) -> None:
+    """A middle of several processes was measured whole; its root (nginx's master, the
+    gateway's supervisor) does next to none of the work."""
+    proc = row["process"]
+    assert proc["processes_peak"] == processes
+    assert 0 <= proc["cpu_s_root"] < proc["cpu_s"] / 2
+
+
 def test_overhead_smoke(tmp_path: Path) -> None:
-    rows = rows_by_mode(run(overhead.main, tmp_path, "overhead"))
+    # The default modes: the three, nginx where installed, and the gateway with two workers.
+    result = run(overhead.main, tmp_path, "overhead")
+    rows = rows_by_mode(result, modes=[*MODES, *NGINX, "gateway-w2"])
+    check_skipped(result)
     for mode, row in rows.items():
         assert row["requests"] > 0 and row["requests_per_s"] > 0, mode
         assert row["failures"] == {} and row["bad_answers"] == 0, mode
         assert 0 < row["latency_p50_s"] <= row["latency_p99_s"], mode
     assert rows["direct"]["process"] is None
-    for mode in ("naive", "gateway"):
+    for mode in ("naive", *NGINX, "gateway", "gateway-w2"):
         check_middle(rows[mode])
         assert rows[mode]["cpu_ms_per_request"] > 0
+    check_tree(rows["gateway-w2"], 3)  # the supervisor and its two workers
+    assert result["variants"]["gateway-w2"]["server_extra"].split() == ["workers", "=", "2"]
+    if NGINX:
+        check_tree(rows["nginx"], 2)  # the master and its worker
 
 
 def test_stream_timing_smoke(tmp_path: Path) -> None:
     # With the filtered gateway too: a fourth mode, in the same run.
     result = run(stream_timing.main, tmp_path, "stream_timing", ["--filter-patterns", "50"])
     streams = result["config"]["streams"]
-    modes = [*MODES, "gateway+filter"]
+    modes = [*MODES, *NGINX, "gateway+filter"]
     rows = rows_by_mode(result, modes=modes)
+    check_skipped(result)
     for mode, row in rows.items():
         assert row["completed"] == streams and row["failures"] == {}, mode
         assert 0 < row["ttft_p50_s"] <= row["ttft_p99_s"], mode
         assert row["gap_p99_s"] > 0 and row["events"] > streams * 2, mode
-    for mode in ("naive", "gateway", "gateway+filter"):
+    for mode in ("naive", *NGINX, "gateway", "gateway+filter"):
         row = rows[mode]
         check_middle(row)
         assert row["cpu_us_per_chunk"] > 0
