@@ -20,8 +20,7 @@ from pathlib import Path
 import attrs
 
 NGINX = Path("/usr/sbin/nginx")
-# nginx keeps a connection per client and one per upstream request: scenario B holds 200,
-# D (not run through nginx) would need 10,000. The harness raises RLIMIT_NOFILE well above.
+# Within RLIMIT_NOFILE, which the harness raises to the hard limit before starting nginx.
 WORKER_CONNECTIONS = 4096
 UPSTREAM_NAME = "engine"
 
@@ -57,10 +56,13 @@ master_process on;
 # One worker: one process on one core, as one trio-gateway process.
 worker_processes 1;
 pid {s.prefix}/nginx.pid;
-# The command line's -e sends start-up messages to stderr (the harness's nginx.log) too.
+# To stderr, which the harness keeps as the run's nginx.log (the command line's -e stderr
+# does the same for what nginx says before it has read this line).
 error_log stderr warn;
 
 events {{
+    # A client connection, and an upstream one for each request it runs: B's 100 streams
+    # hold 200. Far above any scenario run through nginx, so never the limit.
     worker_connections {WORKER_CONNECTIONS};
 }}
 

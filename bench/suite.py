@@ -6,7 +6,9 @@ under 10 minutes on 2 cores; about 8 measured) the cancellation scenario runs wi
 gateway (``--max-inflight 32``, equal to the simulator's batch; ``python -m
 bench.cancellation`` alone also runs ``max_inflight = 28``), and the scale scenario cuts each
 mode at 60 s, not 120 (its direct and gateway modes take about 40 s; the naive proxy completes
-none either way). The fleet routing
+none either way). A and B run their extra modes by default (issue 33: A through nginx and
+through the gateway on two workers, B through nginx; about 35 s more), nginx left out with a
+note where it is not installed. The fleet routing
 study (F, issue 13: about 6 minutes of its own) is ``--only fleet`` or ``make bench-fleet``; the
 priority classes (G, issue 30: about 3 minutes) ``--only priority`` or ``make bench-priority``.
 
