@@ -66,10 +66,11 @@ def rows_by_mode(
     return rows
 
 
-def check_middle(row: dict[str, Any]) -> None:
-    """The proxy's or the gateway's process was sampled from outside."""
+def check_middle(row: dict[str, Any], cpu_may_be_nil: bool = False) -> None:
+    """The proxy's or the gateway's process was sampled from outside. ``cpu_may_be_nil``: the
+    work may take less than one clock tick (10 ms), which /proc counts in."""
     proc = row["process"]
-    assert proc["cpu_s"] > 0
+    assert proc["cpu_s"] >= 0 if cpu_may_be_nil else proc["cpu_s"] > 0
     assert proc["rss_kib_before"] > 0
     assert proc["rss_kib_peak"] >= proc["rss_kib_before"]
     assert proc["rss_kib_after"] > 0
@@ -119,10 +120,14 @@ def test_stream_timing_smoke(tmp_path: Path) -> None:
         assert row["completed"] == streams and row["failures"] == {}, mode
         assert 0 < row["ttft_p50_s"] <= row["ttft_p99_s"], mode
         assert row["gap_p99_s"] > 0 and row["events"] > streams * 2, mode
-    for mode in ("naive", *NGINX, "gateway", "gateway+filter"):
+    for mode in ("naive", "gateway", "gateway+filter"):
         row = rows[mode]
         check_middle(row)
         assert row["cpu_us_per_chunk"] > 0
+    if NGINX:
+        # The smoke's 184 chunks cost nginx ~30 µs each: about half a tick, often none.
+        check_middle(rows["nginx"], cpu_may_be_nil=True)
+        assert rows["nginx"]["process"]["processes_peak"] == 2
     assert rows["gateway+filter"]["filter_patterns"] == 50
     assert any("filter ≤ 10 µs" in t["target"] for t in result["targets"])
 
