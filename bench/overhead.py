@@ -177,7 +177,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 fmt(r["latency_p50_s"], 1, 1000),
                 fmt(r["latency_p99_s"], 1, 1000),
                 str(sum(r["failures"].values())),
-                fmt(r["cpu_ms_per_request"], 2) if r["mode"] != "direct" else "-",
+                fmt(r["cpu_ms_per_request"], 3) if r["mode"] != "direct" else "-",
                 rss,
                 fmt((r["loadavg_before"] or [None])[0], 2),
             ]
