@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import attrs
+import orjson
 
 
 @attrs.frozen(slots=True)
@@ -126,11 +127,15 @@ _DECODER = json.JSONDecoder()  # stateless: one shared instance is safe
 
 def json_data(data: bytes) -> object:
     """An event's data as JSON, what ``json.loads`` returns or raises (ValueError) for it read
-    as UTF-8, at about half the cost of ``json.loads(bytes)`` on the per-chunk path: SSE is
-    UTF-8 by definition, so the encoding sniffing (UTF-16, UTF-32) is skipped, and a compact
-    object (what every vendor sends) is decoded without the whitespace matching around it.
-    Anything else falls back to ``json.loads``, which accepts or refuses it with its own
-    message."""
+    as UTF-8, at about a third of its cost on the per-chunk path: orjson (Rust, strict RFC
+    8259) reads what it can, and whatever it refuses (NaN, lone surrogates, a number past a
+    double, nesting past 1,024, text that is not UTF-8) is read by ``json`` as before, which
+    accepts it or refuses it with its own message. The one value they read apart is an integer
+    past 64 bits, a float to orjson: no vendor's chunk holds one."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
     text = data.decode()
     try:
         value, end = _DECODER.raw_decode(text)
