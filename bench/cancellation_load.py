@@ -268,7 +268,9 @@ async def _stream(
     result: StreamResult,
     t0: float,
     chars_are_tokens: bool,
+    start_after_s: float,
 ) -> None:
+    await trio.sleep(start_after_s)
     started = trio.current_time()
     try:
         async with client.stream("POST", url, json=body) as response:
@@ -326,12 +328,15 @@ async def run_load(
     headers: Mapping[str, str] | None = None,
     *,
     chars_are_tokens: bool = False,
+    stagger_s: float = 0.0,
 ) -> LoadOutcome:
     """Every stream at once, one connection each; then wait for the simulator (or vLLM: the
     same ``vllm:*`` metrics at ``sim_url``/metrics) to go idle. ``headers`` go with every
     request (a real vLLM wants its API key). A content chunk is one token (the simulator's
     way) unless ``chars_are_tokens``: then each character is one (a real vLLM may put several
-    tokens in a chunk; bench/cancellation_vllm.py makes every token one character)."""
+    tokens in a chunk; bench/cancellation_vllm.py makes every token one character). Stream
+    ``i`` starts ``i * stagger_s`` after the first: with a stagger the requests arrive in index
+    order, so which clients are in the engine's first batch is the same in every mode."""
     who_leaves = leavers(config)
     results = [StreamResult(index=i, leaves=who_leaves[i]) for i in range(config.streams)]
     samples: list[Sample] = []
@@ -362,7 +367,9 @@ async def run_load(
             nursery.start_soon(sample_forever)
             with trio.move_on_after(config.deadline_s) as deadline:
                 async with trio.open_nursery() as streams:
-                    for client, body, result in zip(clients, bodies, results, strict=True):
+                    for i, (client, body, result) in enumerate(
+                        zip(clients, bodies, results, strict=True)
+                    ):
                         streams.start_soon(
                             _stream,
                             client,
@@ -372,6 +379,7 @@ async def run_load(
                             result,
                             t0,
                             chars_are_tokens,
+                            i * stagger_s,
                         )
             clients_done_s = trio.current_time() - t0
             with trio.move_on_after(config.drain_timeout_s):

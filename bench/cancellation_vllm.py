@@ -79,12 +79,14 @@ class Config:
     leave_fraction: float
     leave_after: int
     max_num_seqs: int
+    max_inflight: int
     step_delay_ms: float
     queue_timeout_s: float
     seed: int
     deadline_s: float
     drain_timeout_s: float
     poll_s: float
+    stagger_ms: float
     vllm_cpus: tuple[int, ...]
     bench_cpus: tuple[int, ...]
     vllm_url: str | None
@@ -113,6 +115,12 @@ def parse_args(argv: Sequence[str]) -> tuple[harness.Common, Config]:
     p.add_argument("--leave-after", type=int, default=25, help="tokens, then close")
     p.add_argument("--max-num-seqs", type=int, default=8, help="vLLM's; the gateway's max_inflight")
     p.add_argument(
+        "--max-inflight",
+        type=int,
+        default=None,
+        help="the gateway's (default: --max-num-seqs); above it, vLLM holds a queue of its own",
+    )
+    p.add_argument(
         "--step-delay-ms", type=float, default=20.0, help="tools/vllm/serve.py's engine pacing"
     )
     p.add_argument("--queue-timeout-s", type=float, default=600.0)
@@ -120,6 +128,12 @@ def parse_args(argv: Sequence[str]) -> tuple[harness.Common, Config]:
     p.add_argument("--deadline-s", type=float, default=600.0, help="per mode, for the clients")
     p.add_argument("--drain-timeout-s", type=float, default=300.0, help="then, for vLLM's idle")
     p.add_argument("--poll-s", type=float, default=0.25, help="sampling of vLLM's /metrics")
+    p.add_argument(
+        "--stagger-ms",
+        type=float,
+        default=20.0,
+        help="stream i starts i x this after the first: the same arrival order in every mode",
+    )
     p.add_argument("--vllm-cpus", type=_cpus, default=(0,), help="vLLM's cores (taskset)")
     p.add_argument("--bench-cpus", type=_cpus, default=(1,), help="everything else's cores")
     p.add_argument("--vllm-url", default=None, help="use this running vLLM (root URL, no /v1)")
@@ -133,12 +147,14 @@ def parse_args(argv: Sequence[str]) -> tuple[harness.Common, Config]:
         **sizes,
         leave_fraction=a.leave_fraction,
         max_num_seqs=a.max_num_seqs,
+        max_inflight=a.max_inflight or a.max_num_seqs,
         step_delay_ms=a.step_delay_ms,
         queue_timeout_s=a.queue_timeout_s,
         seed=a.seed,
         deadline_s=a.deadline_s,
         drain_timeout_s=a.drain_timeout_s,
         poll_s=a.poll_s,
+        stagger_ms=a.stagger_ms,
         vllm_cpus=a.vllm_cpus,
         bench_cpus=a.bench_cpus,
         vllm_url=a.vllm_url.rstrip("/") if a.vllm_url else None,
@@ -180,7 +196,7 @@ def middles(
             gw_port = free_port()
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-")))
             settings = harness.GatewaySettings(
-                max_inflight=config.max_num_seqs,
+                max_inflight=config.max_inflight,
                 queue_timeout_s=config.queue_timeout_s,
                 provider_extra=f'api_key_env = "{KEY_ENV}"',
             )
@@ -250,6 +266,7 @@ def run_mode(
             bodies,
             up.headers,
             chars_are_tokens=True,
+            stagger_s=config.stagger_ms / 1000,
         )
     )
     wait_idle(up)  # run_load waited already, unless its drain timed out
@@ -292,7 +309,8 @@ def summarize(
     generated = grew("vllm:generation_tokens_total")
     return {
         "mode": mode,
-        "label": LABELS[mode],
+        "label": LABELS[mode]
+        + (f" (max_inflight {config.max_inflight})" if mode == "gateway" else ""),
         "ttft_p50_s": harness.percentile(ttfts, 0.5),
         "ttft_p99_s": harness.percentile(ttfts, 0.99),
         "ttft_mean_s": sum(ttfts) / len(ttfts) if ttfts else None,
@@ -451,12 +469,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as up:
         harness.note(f"  vLLM at {up.root_url} ready after {time.monotonic() - started:.0f} s")
         ids = single_char_tokens(up)
-        prompt = filler_words(up, config.prompt_tokens)
+        prompt = filler_words(up, config.prompt_tokens, "direct10")
         with middles(common, config, up, logs) as targets_by_mode:
             pids = {m: c.process.pid for m, (_, c) in targets_by_mode.items() if c is not None}
             if up.pgid is not None:
                 pids |= {f"vllm {pid}": pid for pid in group_pids(up.pgid)}
-            pinned = affinities(pids)
             for mode in common.modes:
                 harness.note(f"  {LABELS[mode]} (load average {loadavg()}) ...")
                 row = run_mode(config, mode, targets_by_mode[mode], up, prompt, ids)
@@ -466,6 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f" {row['leavers_left']}/{row['leavers']}"
                 )
                 rows.append(row)
+            pinned = affinities(pids)  # after the load: threads started late are counted too
     verdicts = targets(rows)
     path = harness.write_result(
         common,

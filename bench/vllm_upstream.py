@@ -91,14 +91,15 @@ def message(tag: str, words: int) -> dict[str, str]:
     return {"role": "user", "content": " ".join([tag, *(FILLER[i % 10] for i in range(words))])}
 
 
-def filler_words(up: Upstream, target: int) -> tuple[int, int]:
-    """How many filler words make a prompt of about ``target`` tokens (vLLM's /tokenize, chat
-    template included), and the count it gives."""
+def filler_words(up: Upstream, target: int, tag: str) -> tuple[int, int]:
+    """The most filler words whose prompt (chat template included, ``tag`` first) vLLM's
+    /tokenize counts at most ``target`` tokens, and that count: a bisection, as a word of the
+    tiny tokenizer is one to a few tokens."""
 
     def count(words: int) -> int:
         body = {
             "model": SERVED_MODEL,
-            "messages": [message("calibrate", words)],
+            "messages": [message(tag, words)],
             "chat_template_kwargs": {"enable_thinking": False},
         }
         with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False, headers=up.headers) as client:
@@ -106,13 +107,14 @@ def filler_words(up: Upstream, target: int) -> tuple[int, int]:
             response.raise_for_status()
             return int(response.json()["count"])
 
-    words, got = 0, count(0)
-    for _ in range(6):  # every word is at least one token: this closes in from below
-        if got >= target:
-            break
-        words += target - got
-        got = count(words)
-    return words, got
+    low, high = 0, target  # count(low) <= target, or nothing is
+    while low < high:
+        middle = (low + high + 1) // 2
+        if count(middle) <= target:
+            low = middle
+        else:
+            high = middle - 1
+    return low, count(low)
 
 
 def group_cpu_s(pgid: int | None) -> float | None:
@@ -128,10 +130,14 @@ def group_cpu_s(pgid: int | None) -> float | None:
 
 
 def affinities(pids: dict[str, int]) -> dict[str, list[int] | None]:
+    """The cores each process's threads may run on (the union over its threads: a thread may
+    set its own, as vLLM binds its OpenMP threads)."""
     out: dict[str, list[int] | None] = {}
     for name, pid in pids.items():
-        try:
-            out[name] = sorted(os.sched_getaffinity(pid))
-        except OSError:
-            out[name] = None
+        cores: set[int] = set()
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    cores |= os.sched_getaffinity(int(task.name))
+        out[name] = sorted(cores) if cores else None
     return out
