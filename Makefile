@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install run test lint typecheck unit bench bench-all bench-overhead bench-stream-timing \
 	bench-cancellation bench-scale bench-slow-clients bench-fleet bench-priority bench-chunk-path \
+	bench-vllm \
 	mutation mutation-core mutation-providers mutation-money mutation-lock clean
 
 # Serving needs the package alone; the tests add their tools (SDKs, pytest, ruff, mypy).
@@ -106,6 +107,11 @@ bench-fleet: $(BENCH_STAMP)
 
 bench-priority: $(BENCH_STAMP)
 	$(BIN)/python -m bench.priority $(BENCH_ARGS)
+
+# C on the real CPU vLLM of the vLLM tier (issue 33; docs/benchmarks.md): needs its venv and
+# model (vllm-model, tools/vllm/Makefile.inc) and two cores, one for vLLM.
+bench-vllm: $(BENCH_STAMP) vllm-model
+	$(BIN)/python -m bench.cancellation_vllm $(BENCH_ARGS)
 
 bench-chunk-path: $(STAMP)
 	$(BIN)/python -m bench.chunk_path $(BENCH_ARGS)

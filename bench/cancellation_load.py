@@ -11,9 +11,9 @@ import contextlib
 import json
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import httpx
@@ -54,6 +54,26 @@ class BenchConfig:
     deadline_s: float
     drain_timeout_s: float
     poll_s: float
+
+
+class LoadShape(Protocol):
+    """What the load generator reads of a configuration: BenchConfig here, the real-vLLM
+    variant's own in bench/cancellation_vllm.py."""
+
+    @property
+    def streams(self) -> int: ...
+    @property
+    def leave_fraction(self) -> float: ...
+    @property
+    def leave_after(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def deadline_s(self) -> float: ...
+    @property
+    def drain_timeout_s(self) -> float: ...
+    @property
+    def poll_s(self) -> float: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -183,7 +203,7 @@ def request_body(config: BenchConfig, model: str, tag: str) -> dict[str, Any]:
     }
 
 
-def leavers(config: BenchConfig) -> list[bool]:
+def leavers(config: LoadShape) -> list[bool]:
     count = round(config.streams * config.leave_fraction)
     chosen = set(random.Random(config.seed).sample(range(config.streams), count))
     return [i in chosen for i in range(config.streams)]
@@ -247,7 +267,10 @@ async def _stream(
     leave_after: int,
     result: StreamResult,
     t0: float,
+    chars_are_tokens: bool,
+    start_after_s: float,
 ) -> None:
+    await trio.sleep(start_after_s)
     started = trio.current_time()
     try:
         async with client.stream("POST", url, json=body) as response:
@@ -271,10 +294,11 @@ async def _stream(
                     result.prompt_tokens = usage.get("prompt_tokens")
                     result.completion_tokens = usage.get("completion_tokens")
                 for choice in chunk.get("choices") or ():
-                    if (choice.get("delta") or {}).get("content"):
+                    content = (choice.get("delta") or {}).get("content")
+                    if content:
                         if result.ttft_s is None:
                             result.ttft_s = trio.current_time() - started
-                        result.tokens += 1
+                        result.tokens += len(content) if chars_are_tokens else 1
                     if choice.get("finish_reason"):
                         result.finish_reason = choice["finish_reason"]
                 if result.leaves and result.tokens >= leave_after:
@@ -297,9 +321,22 @@ class LoadOutcome:
 
 
 async def run_load(
-    config: BenchConfig, url: str, sim_url: str, bodies: list[dict[str, Any]]
+    config: LoadShape,
+    url: str,
+    sim_url: str,
+    bodies: list[dict[str, Any]],
+    headers: Mapping[str, str] | None = None,
+    *,
+    chars_are_tokens: bool = False,
+    stagger_s: float = 0.0,
 ) -> LoadOutcome:
-    """Every stream at once, one connection each; then wait for the simulator to go idle."""
+    """Every stream at once, one connection each; then wait for the simulator (or vLLM: the
+    same ``vllm:*`` metrics at ``sim_url``/metrics) to go idle. ``headers`` go with every
+    request (a real vLLM wants its API key). A content chunk is one token (the simulator's
+    way) unless ``chars_are_tokens``: then each character is one (a real vLLM may put several
+    tokens in a chunk; bench/cancellation_vllm.py makes every token one character). Stream
+    ``i`` starts ``i * stagger_s`` after the first: with a stagger the requests arrive in index
+    order, so which clients are in the engine's first batch is the same in every mode."""
     who_leaves = leavers(config)
     results = [StreamResult(index=i, leaves=who_leaves[i]) for i in range(config.streams)]
     samples: list[Sample] = []
@@ -310,7 +347,7 @@ async def run_load(
     async with contextlib.AsyncExitStack() as stack:
         clients = [
             await stack.enter_async_context(
-                httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
+                httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, trust_env=False)
             )
             for _ in range(config.streams)
         ]
@@ -330,9 +367,19 @@ async def run_load(
             nursery.start_soon(sample_forever)
             with trio.move_on_after(config.deadline_s) as deadline:
                 async with trio.open_nursery() as streams:
-                    for client, body, result in zip(clients, bodies, results, strict=True):
+                    for i, (client, body, result) in enumerate(
+                        zip(clients, bodies, results, strict=True)
+                    ):
                         streams.start_soon(
-                            _stream, client, url, body, config.leave_after, result, t0
+                            _stream,
+                            client,
+                            url,
+                            body,
+                            config.leave_after,
+                            result,
+                            t0,
+                            chars_are_tokens,
+                            i * stagger_s,
                         )
             clients_done_s = trio.current_time() - t0
             with trio.move_on_after(config.drain_timeout_s):

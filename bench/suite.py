@@ -10,7 +10,9 @@ none either way). A and B run their extra modes by default (issue 33: A through 
 through the gateway on two workers, B through nginx; about 35 s more), nginx left out with a
 note where it is not installed. The fleet routing
 study (F, issue 13: about 6 minutes of its own) is ``--only fleet`` or ``make bench-fleet``; the
-priority classes (G, issue 30: about 3 minutes) ``--only priority`` or ``make bench-priority``.
+priority classes (G, issue 30: about 3 minutes) ``--only priority`` or ``make bench-priority``;
+C on the real CPU vLLM (issue 33: about 3 minutes, needs ``make vllm-model``) ``--only
+cancellation_vllm`` or ``make bench-vllm``.
 
     .venv/bin/python -m bench.suite [--only overhead,scale] [--smoke] [--no-plots]
 """
@@ -33,6 +35,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "slow_clients": (),  # E
     "fleet": (),  # F, not in the default run
     "priority": (),  # G, not in the default run
+    "cancellation_vllm": (),  # C on real vLLM (issue 33), not in the default run
 }
 DEFAULT = ("overhead", "stream_timing", "cancellation", "scale", "slow_clients")
 

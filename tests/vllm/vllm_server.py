@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -269,6 +269,7 @@ def running_vllm(
     startup_timeout: float = STARTUP_TIMEOUT_S,
     extra_args: list[str] | None = None,
     pooling: bool = False,
+    cpus: Sequence[int] | None = None,
 ) -> Iterator[VllmServer]:
     """Start a real vLLM for the duration of the block (see the module docstring).
 
@@ -278,6 +279,11 @@ def running_vllm(
     step_delay_ms paces the engine (serve.py's --step-delay-ms, default 20 ms per decode
     step, ~45 tokens/s per sequence); 0 runs the tiny model at full speed, where the engine
     outruns vLLM's own API server on 2 cores and streams arrive in bursts.
+
+    cpus pins every process of the server (API server, engine core, worker) to those cores:
+    `taskset` before serve.py (children inherit it), and vLLM's own OpenMP binding told the
+    same (VLLM_CPU_OMP_THREADS_BIND, whose default "auto" picks cores by itself). The
+    cancellation benchmark on real vLLM (bench/cancellation_vllm.py) gives it one core.
     """
     external = os.environ.get("TRIO_GATEWAY_VLLM_URL")
     if external and not pooling:
@@ -292,7 +298,14 @@ def running_vllm(
     api_key = api_key or f"test-{secrets.token_hex(8)}"
     fd, log_name = tempfile.mkstemp(prefix=f"trio-gateway-vllm-{port}-", suffix=".log")
     log_path = Path(log_name)
+    env = _clean_env()
+    pin: list[str] = []
+    if cpus:
+        listed = ",".join(str(c) for c in cpus)
+        pin = ["taskset", "-c", listed]
+        env["VLLM_CPU_OMP_THREADS_BIND"] = listed
     cmd = [
+        *pin,
         str(python),
         str(TOOLS_DIR / "serve.py"),
         "--port",
@@ -314,7 +327,7 @@ def running_vllm(
         proc = subprocess.Popen(
             cmd,
             cwd=REPO_ROOT,
-            env=_clean_env(),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
