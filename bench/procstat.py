@@ -304,3 +304,21 @@ def connections(pid: int, listen_port: int, upstream_port: int) -> dict[str, int
         else:
             counts["other"] += 1
     return counts
+
+
+# Where an arrival storm waits in the kernel (scenario D): connections a full accept queue
+# refused (each such client's SYN is retransmitted after 1 s, then 3 s), and SYNs retransmitted.
+TCP_STORM_COUNTERS = ("ListenOverflows", "ListenDrops", "TCPSynRetrans")
+
+
+def tcp_ext_counters(names: tuple[str, ...] = TCP_STORM_COUNTERS) -> dict[str, int] | None:
+    """The machine's TcpExt counters ``names`` (Linux /proc/net/netstat), None where unread."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return None
+    for head, values in zip(lines[::2], lines[1::2], strict=False):
+        if head.startswith("TcpExt:"):
+            table = dict(zip(head.split()[1:], values.split()[1:], strict=False))
+            return {name: int(table.get(name, 0)) for name in names}
+    return None

@@ -36,7 +36,7 @@ import trio
 
 from bench import harness
 from bench.harness import LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
-from bench.procstat import connections, raise_nofile_limit
+from bench.procstat import connections, raise_nofile_limit, tcp_ext_counters
 from bench.rawhttp import StreamResult, stream_chat
 from bench.sim_server import read_abort_log
 from bench.streams import HOST, chat_request, failures_text, summarize
@@ -149,9 +149,11 @@ def run_mode(st: Stack, mode: str, cfg: Config) -> dict[str, Any]:
     conns_before = connections(pid, port, st.sim_port) if pid is not None else None
     with sampler:
         sampler.mark("start")
+        tcp_before = tcp_ext_counters()
         started = time.monotonic()
         load = trio.run(_load, port, model, cfg)
         wall_s = time.monotonic() - started
+        tcp_after = tcp_ext_counters()
         sampler.mark("end")
         conns_after = harness.settle(sampler, st, mode, cfg.settle_s)
     summary = summarize(load.results, cfg.max_tokens)
@@ -170,6 +172,13 @@ def run_mode(st: Stack, mode: str, cfg: Config) -> dict[str, Any]:
         "timed_out": load.timed_out,
         **summary,
         "connect_p99_s": harness.percentile(connects, 0.99),
+        # The whole machine's: the load generator, the middle and the simulator all listen or
+        # dial here, so a mode's count is its storm's, wherever it overflowed.
+        "tcp_storm": (
+            {k: tcp_after[k] - tcp_before[k] for k in tcp_after}
+            if tcp_before is not None and tcp_after is not None
+            else None
+        ),
         "connect_max_s": max(connects, default=None),
         "max_open_streams": load.max_open,
         "leave_t_s": load.leave_t_s,
@@ -204,12 +213,19 @@ def _leaver_aborts(
         time.sleep(0.05)
 
 
+def _storm(counts: dict[str, int] | None) -> str:
+    if counts is None:
+        return "-"
+    return f"{counts['ListenOverflows']:,} / {counts['TCPSynRetrans']:,}"
+
+
 def _mib(kib: int | None) -> str:
     return fmt(kib, 0, 1 / 1024)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     header = ["mode", "completed", "failures", "TTFT p50 / p99 (s)", "connect p99 (s)"]
+    header += ["listen overflows / SYN retransmits"]
     header += ["RSS before / peak / after (MiB)", "KiB per open stream", "fds before / after"]
     header += ["client / upstream conns after"]
     header += ["cancel at peak → sim abort (ms)", "wall (s)", "load avg"]
@@ -234,6 +250,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 failures_text(r["failures"]),
                 f"{fmt(r['ttft_p50_s'], 1)} / {fmt(r['ttft_p99_s'], 1)}",
                 fmt(r["connect_p99_s"], 2),
+                _storm(r["tcp_storm"]),
                 rss,
                 fmt(r["kib_per_open_stream"], 1) if p else "-",
                 fds,
