@@ -57,7 +57,7 @@ LABELS = {
     GATEWAY_W2: "trio-gateway, 2 workers",
 }
 # Where the modes beyond the three run, for the refusal of the others.
-RUN_IN = {NGINX_MODE: "A and B (overhead, stream_timing)", GATEWAY_W2: "A (overhead)"}
+RUN_IN = {NGINX_MODE: "A and B (overhead, stream_timing)", GATEWAY_W2: "A and D (overhead, scale)"}
 # A mode a scenario may add after the three: a second gateway, configured otherwise
 # (``run_scenario(variants=...)``), run in the same stack as the first for a like-for-like row.
 FILTERED = "gateway+filter"

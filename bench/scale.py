@@ -35,13 +35,17 @@ import attrs
 import trio
 
 from bench import harness
-from bench.harness import LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
+from bench.harness import GATEWAY_W2, LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
+from bench.overhead import two_workers
 from bench.procstat import connections, raise_nofile_limit, tcp_ext_counters
 from bench.rawhttp import StreamResult, stream_chat
 from bench.sim_server import read_abort_log
 from bench.streams import HOST, chat_request, failures_text, summarize
 
 SCENARIO = "scale"
+# The gateway on two workers (``--modes ...,gateway-w2``): where an arrival storm's wait is the
+# gateway's CPU, a second process takes half of it, if a core is free for it.
+MODES = ("direct", "naive", "gateway", GATEWAY_W2)
 LEAVER_TOKENS_EXTRA = 10  # the leaver asks for max_tokens + this: unique in the abort log
 # Twenty times the target (100 ms): an abort later than this is a miss either way.
 LEAVER_ABORT_WAIT_S = 2.0
@@ -307,7 +311,7 @@ def parse(argv: Sequence[str]) -> tuple[Common, Config]:
         description="Scenario D: thousands of concurrent slow streams in one process.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    harness.add_common(p)
+    harness.add_common(p, MODES)
     p.add_argument("--streams", type=int, default=5000)
     p.add_argument("--max-tokens", type=int, default=30, help="tokens per stream")
     p.add_argument("--tokens-per-s", type=float, default=1.0, help="per stream")
@@ -315,7 +319,9 @@ def parse(argv: Sequence[str]) -> tuple[Common, Config]:
     p.add_argument("--deadline-s", type=float, default=120.0, help="per mode, then cut")
     p.add_argument("--connect-timeout-s", type=float, default=60.0, help="load generator's")
     a = p.parse_args(argv)
-    common = harness.common_from(p, a)
+    common = harness.common_from(p, a, MODES)
+    if a.modes is None:  # two workers only when asked: the suite's D stays one process
+        common = attrs.evolve(common, modes=tuple(m for m in common.modes if m != GATEWAY_W2))
     if common.smoke:
         smoke = Config(
             streams=40,
@@ -341,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     common, cfg = parse(sys.argv[1:] if argv is None else argv)
     # The naive proxy last: it completes none of the streams by the deadline and its simulator
     # then runs the cut ones to their end (half a minute), which the next mode would wait for.
-    order = ("direct", "gateway", "naive")
+    order = ("direct", "gateway", GATEWAY_W2, "naive")
     common = attrs.evolve(common, modes=tuple(sorted(common.modes, key=order.index)))
     soft, hard = raise_nofile_limit()
     harness.note(f"RLIMIT_NOFILE: {soft} (hard {hard})")
@@ -364,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         table=table,
         config=cfg,
         extra={"rlimit_nofile": [soft, hard]},
+        variants={GATEWAY_W2: two_workers(gateway)} if GATEWAY_W2 in common.modes else None,
     )
     if common.plots:
         from bench.plots import cdf_panels

@@ -91,6 +91,8 @@ def test_a_runs_five_modes_and_b_four_by_default() -> None:
     assert common.modes == ("direct", "naive", "nginx", "gateway")
     common, _ = scale.parse([])
     assert common.modes == harness.MODES
+    common, _ = scale.parse(["--modes", "gateway,gateway-w2"])  # two workers when asked
+    assert common.modes == ("gateway", "gateway-w2")
 
 
 @pytest.mark.usefixtures("nginx_installed")
@@ -98,7 +100,7 @@ def test_a_runs_five_modes_and_b_four_by_default() -> None:
     ("parse", "mode", "where"),
     [
         (scale.parse, "nginx", "nginx runs in A and B"),
-        (stream_timing.parse, "gateway-w2", "gateway-w2 runs in A (overhead) only"),
+        (stream_timing.parse, "gateway-w2", "gateway-w2 runs in A and D (overhead, scale) only"),
         (overhead.parse, "gateway-w3", "choose from direct, naive, nginx, gateway, gateway-w2"),
     ],
 )
