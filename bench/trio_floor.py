@@ -102,7 +102,8 @@ async def _epoll_pipes(pairs: list[tuple[trio.socket.SocketType, trio.socket.Soc
                     data = os.read(fd, READ_BYTES)
                 except BlockingIOError:
                     break
-                if not data:
+                if not data:  # the feeder is done: this stream is over
+                    poll.unregister(fd)
                     del peer[fd]
                     break
                 os.write(peer[fd], data)
