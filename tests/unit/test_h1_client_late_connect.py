@@ -94,7 +94,7 @@ async def test_an_address_that_never_answers_times_out_in_the_connect_timeout(
 ) -> None:
     pool = _pool()
     start = trio.current_time()
-    with pytest.raises(UpstreamUnreachable) as caught:
+    with trio.fail_after(5), pytest.raises(UpstreamUnreachable) as caught:
         await pool._dial(Origin("http", *silent))
     assert caught.value.message == "up: connect timed out"
     assert CONNECT_TIMEOUT_S <= trio.current_time() - start < 2 * CONNECT_TIMEOUT_S
@@ -106,8 +106,44 @@ async def test_a_busy_loop_does_not_stretch_a_silent_dial_past_twice_the_timeout
 ) -> None:
     pool = _pool(timeout_s=BUSY_S / 4)
     start = trio.current_time()
-    with pytest.raises(UpstreamUnreachable) as caught:
+    with trio.fail_after(5), pytest.raises(UpstreamUnreachable) as caught:
         await pool._dial(Origin("http", *silent))
     assert caught.value.message == "up: connect timed out"
     # The busy part was the gateway's, and the whole dial is still bounded.
     assert trio.current_time() - start < BUSY_S + 2 * (BUSY_S / 4) + 0.2
+
+
+DIALS_AT_ONCE = 200
+
+
+async def test_many_dials_at_once_behind_a_busy_loop_all_connect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many at once, as a storm dials: each one's resolution holds the loop for 10 ms in turn,
+    so most send their SYN seconds after they began, far past their connect timeout."""
+    resolve = trio.socket.getaddrinfo
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        got = await resolve(*args, **kwargs)
+        time.sleep(0.01)  # noqa: ASYNC251 - each arrival's work, on the one loop
+        return got
+
+    monkeypatch.setattr(trio.socket, "getaddrinfo", slow)
+    server = socket.create_server(("127.0.0.1", 0), backlog=DIALS_AT_ONCE + 16)
+    pool = _pool()
+    origin = Origin("http", "127.0.0.1", server.getsockname()[1])
+    streams: list[trio.abc.Stream] = []
+
+    async def one() -> None:
+        streams.append(await pool._dial(origin))
+
+    try:
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for _ in range(DIALS_AT_ONCE):
+                    nursery.start_soon(one)
+        assert len(streams) == DIALS_AT_ONCE
+    finally:
+        for stream in streams:
+            await stream.aclose()
+        server.close()
