@@ -272,7 +272,7 @@ async def test_claude_codes_turn_is_served_as_is(vendor: str) -> None:
 
 async def test_count_tokens_is_the_gateways_prompt_estimate(stack: Stack) -> None:
     from trio_gateway.core.usage import estimate_prompt_tokens, estimate_tokens
-    from trio_gateway.fronts.messages_request import translate
+    from trio_gateway.fronts.messages.request import translate
 
     body = main_turn("how many?")
     del body["stream"], body["max_tokens"]  # count_tokens takes neither

@@ -182,7 +182,7 @@ async def test_errors_have_anthropics_shape_and_status(stack: Stack) -> None:
 
 async def test_an_overloaded_gateway_answers_529(stack: Stack) -> None:
     from trio_gateway.core.errors import AllProvidersFailed, Overloaded
-    from trio_gateway.fronts.messages_events import anthropic_error
+    from trio_gateway.fronts.messages.events import anthropic_error
 
     for error in (Overloaded("busy"), AllProvidersFailed([])):
         status, body = anthropic_error(error)

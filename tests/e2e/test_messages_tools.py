@@ -14,7 +14,7 @@ import pytest
 from tests.e2e.harness import Stack, script
 from tests.e2e.test_cloud_providers import PIXEL, Fleet, fleet, only
 from tests.e2e.test_thinking_tool_loop import QUESTION, STEPS, vendor_fleet
-from trio_gateway.fronts.messages_events import decode_signature
+from trio_gateway.fronts.messages.events import decode_signature
 
 WEATHER: Any = {
     "name": "get_weather",

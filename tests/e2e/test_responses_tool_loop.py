@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.test_cloud_providers import Fleet
 from tests.e2e.test_thinking_tool_loop import QUESTION, replayed, thinking_sent, vendor_fleet
-from trio_gateway.fronts.responses import service_of
+from trio_gateway.fronts.responses.route import service_of
 
 STEPS = 3
 WEATHER: Any = {

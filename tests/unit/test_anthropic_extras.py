@@ -10,7 +10,7 @@ from typing import Any
 from tests.unit.anthropic_helpers import PROVIDER, WEATHER_TOOL
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.request import validate_chat_body
-from trio_gateway.fronts.messages_request import translate
+from trio_gateway.fronts.messages.request import translate
 from trio_gateway.providers.anthropic.dialect import AnthropicDialect
 from trio_gateway.providers.anthropic.request import build_body
 from trio_gateway.providers.openai_compatible.dialect import OpenAICompatibleDialect

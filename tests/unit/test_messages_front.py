@@ -43,7 +43,7 @@ from trio_gateway.core.events import (
     Usage,
 )
 from trio_gateway.core.reasoning_details import ANTHROPIC, GOOGLE
-from trio_gateway.fronts.messages_events import (
+from trio_gateway.fronts.messages.events import (
     MessageAccumulator,
     MessageBuilder,
     MessageEncoder,

@@ -12,8 +12,8 @@ from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.events import ReasoningDetail
 from trio_gateway.core.reasoning_details import ANTHROPIC, GOOGLE
 from trio_gateway.core.request import validate_chat_body
-from trio_gateway.fronts.messages_events import encode_signature
-from trio_gateway.fronts.messages_request import session_of, translate
+from trio_gateway.fronts.messages.events import encode_signature
+from trio_gateway.fronts.messages.request import session_of, translate
 
 
 def body(**fields: Any) -> dict[str, Any]:
@@ -315,7 +315,7 @@ def test_a_system_message_in_the_list_stays_in_its_place() -> None:
 def test_the_request_names_its_front_session_and_counts_what_it_dropped() -> None:
     from types import SimpleNamespace
 
-    from trio_gateway.fronts.messages import messages_request
+    from trio_gateway.fronts.messages.route import messages_request
     from trio_gateway.ops.metrics import Metrics
 
     metrics = Metrics(lambda: [])

@@ -1,4 +1,4 @@
-"""``fronts/responses_events.py``: gateway events → the Responses stream and ``response``
+"""``fronts/responses/events.py``: gateway events → the Responses stream and ``response``
 object, judged by the openai SDK's own stream state machine and types (no server)."""
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from trio_gateway.core.events import (
     ToolCallDone,
     Usage,
 )
-from trio_gateway.fronts.responses_events import ResponseWriter
-from trio_gateway.fronts.responses_seal import Sealer
+from trio_gateway.fronts.responses.events import ResponseWriter
+from trio_gateway.fronts.responses.seal import Sealer
 
 SEALER = Sealer()
 STRICT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)

@@ -1,4 +1,4 @@
-"""``fronts/responses_request.py``: Responses bodies → chat bodies, table by table."""
+"""``fronts/responses/request.py``: Responses bodies → chat bodies, table by table."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.request import validate_chat_body
-from trio_gateway.fronts.responses_request import flat_name, parse_responses_body
-from trio_gateway.fronts.responses_seal import Sealer
+from trio_gateway.fronts.responses.request import flat_name, parse_responses_body
+from trio_gateway.fronts.responses.seal import Sealer
 
 SEALER = Sealer()
 

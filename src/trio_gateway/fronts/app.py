@@ -42,9 +42,9 @@ from trio_gateway.fronts.http import (
     send_json,
 )
 from trio_gateway.fronts.http import openai_error as openai_error_shape
-from trio_gateway.fronts.messages import handle_count_tokens, handle_messages
-from trio_gateway.fronts.messages_events import anthropic_error
-from trio_gateway.fronts.responses import handle_responses, handle_stored
+from trio_gateway.fronts.messages.events import anthropic_error
+from trio_gateway.fronts.messages.route import handle_count_tokens, handle_messages
+from trio_gateway.fronts.responses.route import handle_responses, handle_stored
 from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.http1.listen import Connections
 from trio_gateway.http1.server import HANG_UP_EXTENSION
@@ -73,7 +73,7 @@ ROUTES = {
     "/": ("GET", "HEAD"),
     "/status": ("GET", "HEAD"),
     "/status.json": ("GET", "HEAD"),
-    # The Responses front (fronts/responses.py): a stored response by id.
+    # The Responses front (fronts/responses/route.py): a stored response by id.
     "/v1/responses": ("POST",),
     "/v1/responses/{id}": ("GET", "HEAD", "DELETE"),
 }

@@ -27,8 +27,8 @@ from trio_gateway.core.usage import UsageSink
 from trio_gateway.dispatch.live import Gates, Running, open_provider, serve_services
 from trio_gateway.dispatch.router import Provider, Router
 from trio_gateway.fronts.app import GatewayApp
-from trio_gateway.fronts.responses import ResponsesService, attach_responses
-from trio_gateway.fronts.responses_seal import Sealer
+from trio_gateway.fronts.responses.route import ResponsesService, attach_responses
+from trio_gateway.fronts.responses.seal import Sealer
 from trio_gateway.http1.listen import Connections, serve_asgi
 from trio_gateway.ops.metrics import ToolCallStopCollector
 from trio_gateway.process.reloader import LoadConfig, Reloader

@@ -1,5 +1,5 @@
 """The Messages front's Anthropic-only extras (the chat body's ``anthropic_extras``: see
-``fronts/messages_extras.py``) merged into the Anthropic request. Pure.
+``fronts/messages/extras.py``) merged into the Anthropic request. Pure.
 
 Checked again here, whoever wrote them: a chat client may send the field too. A breakpoint
 goes on the last block built from the chat message (or the tool) it names; the

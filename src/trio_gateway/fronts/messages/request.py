@@ -49,8 +49,8 @@ from trio_gateway.config.schema import BuiltinTools
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.reasoning_details import ANTHROPIC, ENCRYPTED, TEXT
 from trio_gateway.core.request import ANTHROPIC_EXTRAS
-from trio_gateway.fronts.messages_events import decode_signature
-from trio_gateway.fronts.messages_extras import (
+from trio_gateway.fronts.messages.events import decode_signature
+from trio_gateway.fronts.messages.extras import (
     SERVER_TOOL_TYPES,
     Extras,
     block_breakpoint,

@@ -45,9 +45,9 @@ from trio_gateway.fronts.chat import (
 )
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Message, Receive, Send, read_body, send_json
-from trio_gateway.fronts.responses_events import ResponseWriter
-from trio_gateway.fronts.responses_request import parse_responses_body
-from trio_gateway.fronts.responses_seal import Sealer
+from trio_gateway.fronts.responses.events import ResponseWriter
+from trio_gateway.fronts.responses.request import parse_responses_body
+from trio_gateway.fronts.responses.seal import Sealer
 from trio_gateway.ops.access import current as current_request
 
 log = logging.getLogger("trio_gateway")

@@ -30,14 +30,14 @@ from trio_gateway.fronts.chat import (
 )
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Receive, Send, read_body, send_json
-from trio_gateway.fronts.messages_events import (
+from trio_gateway.fronts.messages.events import (
     MessageAccumulator,
     MessageBuilder,
     MessageEncoder,
     anthropic_error,
     anthropic_stream_error,
 )
-from trio_gateway.fronts.messages_request import FRONT, Translated, translate
+from trio_gateway.fronts.messages.request import FRONT, Translated, translate
 from trio_gateway.ops.access import current as current_request
 
 log = logging.getLogger("trio_gateway")
