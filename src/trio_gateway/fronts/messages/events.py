@@ -10,7 +10,8 @@ the two cannot disagree. The grammar (docs/api.md, "Anthropic Messages"): ``mess
 ``message_delta`` (``stop_reason``, usage) and ``message_stop``. An error once the stream began
 is an ``error`` event, after which nothing follows (Anthropic ends the body there too).
 
-Reasoning: readable thinking (``ReasoningDelta``) is a ``thinking`` block; an Anthropic
+Reasoning, for a request that enabled thinking (for another, none: :class:`MessageBuilder`):
+readable thinking (``ReasoningDelta``) is a ``thinking`` block; an Anthropic
 provider's signed block ends it with its ``signature_delta``, a redacted one is a
 ``redacted_thinking`` block. Another vendor's detail (a Gemini thought signature, bound to a
 tool call) has no Anthropic form: it rides in a thinking block's ``signature`` as
