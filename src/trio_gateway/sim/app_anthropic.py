@@ -25,6 +25,8 @@ from .wire import dumps
 __all__ = ["AnthropicHandler"]
 
 _SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
 def _with_request_id(error: ApiError, request_id: str) -> ApiError:
     body = error.body
     if isinstance(body, dict) and body.get("type") == "error":
