@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anthropic
@@ -96,6 +97,7 @@ async def test_message_ids_are_anthropics_shape(stack: Stack, stream: bool) -> N
     assert first.id != second.id
 
 
+@asynccontextmanager
 async def alias_stack(setting: str) -> AsyncIterator[Stack]:
     async with running_sim() as sim:
         providers = f'messages_without_thinking = "{setting}"\n' + provider_toml(
@@ -107,7 +109,7 @@ async def alias_stack(setting: str) -> AsyncIterator[Stack]:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 async def test_an_alias_may_turn_unasked_thinking_off(stream: bool) -> None:
-    async for stack in alias_stack("off"):
+    async with alias_stack("off") as stack:
         message = await ask(stack, None, stream=stream)
         stats = await stack.sim_stats()
         assert [block.type for block in message.content] == ["text"]
