@@ -173,7 +173,10 @@ def interleavings(draw: st.DrawFn) -> tuple[list[Call], list[int]]:
     return calls, list(order)
 
 
-_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Bounded for a loaded 2-core machine: the SDKs' strict models check every event (the
+# Responses stream's far more per answer, so it gets fewer answers).
+_SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_FEWER = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @_SETTINGS
@@ -195,7 +198,7 @@ def test_any_interleaving_is_one_tool_use_block_per_call(
     assert said == text + "".join(f"<{n}>" for n in range(order.count(-1)))
 
 
-@_SETTINGS
+@_FEWER
 @given(interleavings())
 def test_any_interleaving_is_one_function_call_item_per_call(
     drawn: tuple[list[Call], list[int]],
