@@ -39,6 +39,9 @@ UsageSinkKind = Literal["sqlite", "redis_stream", "none"]
 # What `reasoning: false` does on a model that cannot stop reasoning (docs/configuration.md).
 ReasoningOff = Literal["refuse", "lowest"]
 BuiltinTools = Literal["drop", "refuse"]
+# What a /v1/messages request that does not enable thinking asks of the provider.
+MessagesWithoutThinking = Literal["model_default", "off"]
+MESSAGES_WITHOUT_THINKING: tuple[str, ...] = ("model_default", "off")
 FilterAction = Literal["mask", "block"]
 FilterField = Literal["content", "reasoning", "tool_arguments"]
 FILTER_FIELDS: tuple[FilterField, ...] = ("content", "reasoning", "tool_arguments")
@@ -190,6 +193,10 @@ class AliasConfig:
     # behind the gateway runs: dropped from the request (named in x-gateway-dropped-tools), or
     # the request refused (400).
     builtin_tools: BuiltinTools = "drop"
+    # A /v1/messages request without thinking gets no thinking blocks, as from Anthropic;
+    # "model_default" says nothing to the provider (a model that thinks by default, Qwen3,
+    # still thinks, and is paid for), "off" turns its thinking off.
+    messages_without_thinking: MessagesWithoutThinking = "model_default"
     # Names of [filters.NAME] tables: the answer's text through these (core/filters.py); a
     # request whose messages match one of input_filters is refused (400 content_filtered).
     output_filters: tuple[str, ...] = ()
