@@ -122,8 +122,9 @@ async def test_a_record_past_the_limit_is_not_stored_and_the_answer_says_so(
 ) -> None:
     limit = "max_record_bytes = 8192\n"
     big_input = "y" * 10_000 + SAID
-    # The input fits; the answer's 4 KB of text takes the record past the limit.
-    long_answer = "z" * 5_000 + script({"text": "w" * 4_000})
+    # The input (some 6 KB, its script included) fits; the answer's 4 KB of text takes the
+    # record past the limit.
+    long_answer = "z" * 2_000 + script({"text": "w" * 4_000})
     async with running_sim(ROOMY_SIM) as sim:
         config = config_with_ledger(tmp_path, sim.base_url, f"[responses]\n{limit}")
         async with (
