@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+import trio
 
 from tests.e2e.test_redis_cluster_slots import slot
 from tests.redis_server import running_redis
@@ -107,3 +108,25 @@ async def test_every_script_s_keys_are_in_one_slot_on_a_cluster_node(tmp_path: P
             assert part.next == rid(2)  # evicted by the quota: the walk stops there
             assert await store.delete(owner, rid(5))
         assert slot(store.keys("alice", rid(1))[0]) != slot(store.keys("bob", rid(1))[0])
+
+
+async def test_many_writers_at_once_keep_the_key_s_count_true() -> None:
+    size = turn(1, 0).size
+    async with redis_store(quota=20 * size) as store:
+
+        async def writer(k: int) -> None:
+            previous = None
+            for step in range(5):
+                n = k * 100 + step
+                await store.put("alice", turn(n, previous))
+                previous = n
+
+        async with trio.open_nursery() as nursery:
+            for k in range(30):
+                nursery.start_soon(writer, k)
+        records, (index, sizes, _) = store._owner_keys("alice")
+        raw = store._client._redis
+        ids = [i.decode() for i in await raw.zrange(index, 0, -1)]
+        held = [int(await raw.hget(records + i, "bytes") or 0) for i in ids]
+        assert all(held) and len(ids) == len(await raw.hkeys(sizes))
+        assert await store.owner_bytes("alice") == sum(held) <= 20 * size

@@ -59,6 +59,15 @@ def stored_bytes(path: Path) -> int:
         conn.close()
 
 
+def record_bytes(path: Path) -> int:
+    """What the records themselves hold, every key's."""
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("SELECT SUM(bytes) FROM response_records").fetchone()[0])
+    finally:
+        conn.close()
+
+
 def turn_text(turn: int) -> str:
     head = f"turn {turn}: "
     return head + "x" * (TURN_BYTES - len(head) - len(SAID)) + SAID
@@ -84,10 +93,15 @@ async def test_fifty_chained_turns_store_each_turn_once(tmp_path: Path) -> None:
     users = [m["content"] for m in sent["messages"] if m["role"] == "user"]
     assert users == [turn_text(turn) for turn in range(TURNS)]
     size = stored_bytes(tmp_path / RESPONSES_FILE)
+    records = record_bytes(tmp_path / RESPONSES_FILE)
     said = TURNS * TURN_BYTES
-    print(f"{TURNS} chained turns of {TURN_BYTES} B: {size} B stored ({size / said:.2f} x)")
+    print(
+        f"{TURNS} chained turns of {TURN_BYTES} B ({said} B said): records {records} B "
+        f"({records / said:.2f} x), the file's pages {size} B ({size / said:.2f} x)"
+    )
     # Each turn once, with its response object (~1 KB) and the file's pages: a few times what
-    # was said, where a copy of the conversation per turn is TURNS / 2 times it.
+    # was said, where a copy of the conversation per turn is TURNS / 2 times it (3.0 MB).
+    assert records < 2 * said
     assert size < 3 * said
 
 

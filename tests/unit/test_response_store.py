@@ -6,6 +6,7 @@ WebSocket's own in front of the shared one), and a file of the first layout migr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -14,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from cryptography.fernet import Fernet
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trio_gateway.accounting.response_memory import MemoryResponseStore
 from trio_gateway.accounting.response_records import (
@@ -347,3 +351,92 @@ def test_a_seal_key_and_builtin_tools_from_the_config() -> None:
     with pytest.raises(ConfigError) as refused:
         parse_config(text.replace('"refuse"', '"maybe"'), source="t.toml", environ={"SEAL": key})
     assert "builtin_tools" in str(refused.value.problems)
+
+
+# One step of a memory store's life: (what, owner, response number, seconds passing).
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["put", "chain", "delete"]),
+        st.sampled_from(["alice", "bob", ""]),
+        st.integers(1, 12),
+        st.sampled_from([0.0, 1.0, 30.0]),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(STEPS, st.integers(1, 8), st.integers(1, 8))
+def test_memory_bounds_hold_whatever_happens(
+    steps: list[tuple[str, str, int, float]], quota_turns: int, max_turns: int
+) -> None:
+    """Whatever is put, walked, deleted, or left to expire: the store never holds more than
+    its bounds, and its byte counts are what it holds."""
+    size = turn(12).size  # the largest
+    clock = Clock()
+    store = MemoryResponseStore(
+        ttl_s=TTL_S,
+        max_bytes=max_turns * size,
+        key_quota_bytes=quota_turns * size,
+        clock=clock,
+    )
+
+    async def run() -> None:
+        for what, owner, n, passing in steps:
+            clock.now += passing
+            if what == "put":
+                await store.put(owner, turn(n))
+            elif what == "chain":
+                await store.chain(owner, rid(n), WIDE)
+            else:
+                await store.delete(owner, rid(n))
+            live = {
+                (o, r): e.stored.size
+                for (o, r), e in store._entries.items()
+                if e.expires_at > clock.now
+            }
+            assert store.bytes == sum(e.stored.size for e in store._entries.values())
+            assert store.bytes <= max_turns * size
+            for one in ("alice", "bob", ""):
+                held = sum(s for (o, _), s in live.items() if o == one)
+                assert held <= quota_turns * size
+                assert store.owner_bytes(one) == sum(
+                    e.stored.size for (o, _), e in store._entries.items() if o == one
+                )
+
+    trio.run(run)
+
+
+async def test_workers_writing_one_file_at_once_keep_its_counts(tmp_path: Path) -> None:
+    """Two stores on one file (two worker processes' worth), 40 chained conversations written
+    and walked at once under a quota: each owner's count is what its records hold, and every
+    chain the quota left whole reads back."""
+    path = str(tmp_path / RESPONSES_FILE)
+    size = turn(1, 0).size
+    stores = [SQLiteResponseStore(path, ttl_s=TTL_S, key_quota_bytes=60 * size) for _ in range(2)]
+
+    async def conversation_of(k: int) -> None:
+        store = stores[k % 2]
+        owner = f"key{k % 4}"
+        previous = None
+        for step in range(5):
+            n = k * 100 + step
+            await store.put(owner, turn(n, previous))
+            previous = n
+            # Its start may have gone to the quota: other conversations' turns came after.
+            with contextlib.suppress(ResponseNotFound):
+                await conversation([store], owner, rid(n), WIDE)
+
+    async with trio.open_nursery() as nursery:
+        for k in range(40):
+            nursery.start_soon(conversation_of, k)
+    conn = sqlite3.connect(path)
+    held = dict(conn.execute("SELECT owner, bytes FROM response_owners").fetchall())
+    actual = dict(
+        conn.execute("SELECT owner, SUM(bytes) FROM response_records GROUP BY owner").fetchall()
+    )
+    conn.close()
+    assert held == actual and len(actual) == 4
+    assert all(total <= 60 * size for total in actual.values())
+    for store in stores:
+        await store.aclose()
