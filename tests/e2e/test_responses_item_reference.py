@@ -34,17 +34,16 @@ async def test_references_to_the_last_turn_s_reasoning_and_text(stack: Stack) ->
     first = await client.responses.create(model="agent-lite", input=FIRST)
     reasoning, message = first.output
     assert (reasoning.type, message.type) == ("reasoning", "message")
+    assert reasoning.id is not None and message.id is not None
     assert reasoning.id.endswith("_0") and reasoning.id.startswith("rs_")
-    second = await client.responses.create(
-        model="agent-lite",
-        input=[
-            {"role": "user", "content": FIRST},
-            {"type": "item_reference", "id": reasoning.id},
-            # The API's other form: an item with only an id is a reference too.
-            {"id": message.id},  # type: ignore[list-item,typeddict-item]
-            {"role": "user", "content": SECOND},
-        ],
-    )
+    items: list[Any] = [
+        {"role": "user", "content": FIRST},
+        {"type": "item_reference", "id": reasoning.id},
+        # The API's other form: an item with only an id is a reference too.
+        {"id": message.id},
+        {"role": "user", "content": SECOND},
+    ]
+    second = await client.responses.create(model="agent-lite", input=items)
     assert second.output_text == "two"
     sent = (await stack.sim_stats())["last_request_body"]
     assert sent["messages"] == [
@@ -114,26 +113,23 @@ async def test_another_key_s_item_or_an_unknown_one_is_refused_naming_it(
             alice, bob = sdk(gateway.base_url, keys["alice"]), sdk(gateway.base_url, keys["bob"])
             made = await alice.responses.create(model="agent-lite", input=FIRST)
             reasoning_id = made.output[0].id
+            assert reasoning_id is not None
             unknown = "rs_" + "0" * 32 + "_0"
             for client, item_id in ((bob, reasoning_id), (alice, unknown), (alice, "nope")):
+                refer: list[Any] = [
+                    {"type": "item_reference", "id": item_id},
+                    {"role": "user", "content": SECOND},
+                ]
                 with pytest.raises(openai.BadRequestError) as refused:
-                    await client.responses.create(
-                        model="agent-lite",
-                        input=[
-                            {"type": "item_reference", "id": item_id},
-                            {"role": "user", "content": SECOND},
-                        ],
-                    )
+                    await client.responses.create(model="agent-lite", input=refer)
                 error: Any = refused.value.body
                 assert (error["message"], error["param"]) == (not_found(item_id), "input")
             # Alice's own reference resolves.
-            again = await alice.responses.create(
-                model="agent-lite",
-                input=[
-                    {"type": "item_reference", "id": reasoning_id},
-                    {"role": "user", "content": SECOND},
-                ],
-            )
+            own: list[Any] = [
+                {"type": "item_reference", "id": reasoning_id},
+                {"role": "user", "content": SECOND},
+            ]
+            again = await alice.responses.create(model="agent-lite", input=own)
             assert again.output_text == "two"
             await alice.close()
             await bob.close()

@@ -189,10 +189,11 @@ async def test_a_key_s_quota_drops_its_oldest_use_first(tmp_path: Path, kind: st
         present = [n for n in range(1, 5) if await store.get("alice", rid(n)) is not None]
         assert present == [1, 3, 4]
         assert await store.get("bob", rid(100)) is not None  # another key's quota
-        held = store.owner_bytes("alice") if kind == "memory" else None
         if isinstance(store, SQLiteResponseStore):
-            held = await store.owner_bytes("alice")
-        assert held == 3 * size
+            assert await store.owner_bytes("alice") == 3 * size
+        else:
+            assert isinstance(store, MemoryResponseStore)
+            assert store.owner_bytes("alice") == 3 * size
 
 
 async def test_memory_is_bounded_in_bytes_and_count_for_every_owner() -> None:

@@ -239,7 +239,7 @@ async def handle_responses(
     response_id = "resp_" + secrets.token_hex(16)
     headers = dropped_tools_headers(request)
     echo = parsed.echo
-    if parsed.store and _record(response_id, parsed, {}).size > service.max_record_bytes:
+    if parsed.store and turn_record(response_id, parsed, {}).size > service.max_record_bytes:
         # Too large before a word is written: said in the headers, streamed or not.
         echo = {**echo, "store": False}
         headers.append((STORED_HEADER, TOO_LARGE))
@@ -249,7 +249,7 @@ async def handle_responses(
 
     def fits(response: dict[str, Any]) -> bool:
         """The final response, before it is written: whether its record is within bounds."""
-        return _record(response_id, parsed, response).size <= service.max_record_bytes
+        return turn_record(response_id, parsed, response).size <= service.max_record_bytes
 
     def writer(answer_id: str, created: int, *, streaming: bool) -> ResponseWriter:
         made = ResponseWriter(
@@ -293,7 +293,7 @@ async def handle_responses(
         if done.status not in ("completed", "incomplete"):
             return
         stored = True
-        record = _record(response_id, parsed, done.response())
+        record = turn_record(response_id, parsed, done.response())
         if record.size > service.max_record_bytes:
             not_stored = TOO_LARGE
             return
@@ -331,7 +331,7 @@ async def handle_responses(
         return outcome
 
 
-def _record(response_id: str, parsed: ResponsesRequest, response: dict[str, Any]) -> Stored:
+def turn_record(response_id: str, parsed: ResponsesRequest, response: dict[str, Any]) -> Stored:
     """The turn as the store keeps it: its input items and its response, and the response it
     continued."""
     record = Record(
