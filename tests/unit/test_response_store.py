@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from cryptography.fernet import Fernet
@@ -27,6 +28,7 @@ from trio_gateway.accounting.response_records import (
     ResponseStore,
     Stored,
     conversation,
+    dumps,
     find_items,
     item_response_id,
 )
@@ -441,3 +443,12 @@ async def test_workers_writing_one_file_at_once_keep_its_counts(tmp_path: Path) 
     assert all(total <= 60 * size for total in actual.values())
     for store in stores:
         await store.aclose()
+
+
+def test_a_record_s_size_is_its_input_s_and_its_response_s() -> None:
+    """What the front measures before a stream's last event (the turn without its response,
+    then the response alone) is the stored record's size, to the byte."""
+    response: dict[str, Any] = {"id": "r", "output": [{"type": "message", "text": "é" * 10}]}
+    record = Record(id="r", previous="p", response=response, input=[{"content": "ü" * 7}])
+    without = Stored.of(attrs.evolve(record, response={})).size - len(dumps({}))
+    assert Stored.of(record).size == without + len(dumps(response).encode())

@@ -64,8 +64,13 @@ class Stored:
     @classmethod
     def of(cls, record: Record) -> Stored:
         body = {"previous": record.previous, "input": record.input, "response": record.response}
-        text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        text = dumps(body)
         return cls(id=record.id, previous=record.previous, text=text, size=len(text.encode()))
+
+
+def dumps(value: object) -> str:
+    """A record's text, or a part of it: what its size counts."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def load_record(response_id: str, text: str | bytes) -> Record:
@@ -201,7 +206,7 @@ async def find_items(
         for item in record.response.get("output") or () if record is not None else ():
             if item.get("id") in ids:
                 found[item["id"]] = item
-                size += len(json.dumps(item, ensure_ascii=False).encode())
+                size += len(dumps(item).encode())
         if size > bounds.max_bytes:
             raise ConversationTooLong(
                 f"The items the input refers to are more than the gateway reads back "

@@ -88,7 +88,8 @@ def _migrate_first_layout(conn: sqlite3.Connection, now: float, ttl_s: float) ->
     rows = conn.execute(
         "SELECT owner, id, expires_at, body FROM responses WHERE expires_at > ?", (now,)
     )
-    for owner, response_id, expires_at, body in rows.fetchall():
+    # Row by row: a file of that layout may hold hundreds of MB.
+    for owner, response_id, expires_at, body in rows:
         old = json.loads(body)
         response: dict[str, Any] = old["response"]
         items: list[dict[str, Any]] = old.get("items") or []

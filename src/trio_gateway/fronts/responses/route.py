@@ -28,6 +28,7 @@ from trio_gateway.accounting.response_records import (
     Stored,
     StoreError,
     conversation,
+    dumps,
     find_items,
     item_response_id,
 )
@@ -239,7 +240,9 @@ async def handle_responses(
     response_id = "resp_" + secrets.token_hex(16)
     headers = dropped_tools_headers(request)
     echo = parsed.echo
-    if parsed.store and turn_record(response_id, parsed, {}).size > service.max_record_bytes:
+    # The record's size but for its response: the input is measured once.
+    without_response = turn_record(response_id, parsed, {}).size - len(dumps({}))
+    if parsed.store and without_response > service.max_record_bytes:
         # Too large before a word is written: said in the headers, streamed or not.
         echo = {**echo, "store": False}
         headers.append((STORED_HEADER, TOO_LARGE))
@@ -249,7 +252,8 @@ async def handle_responses(
 
     def fits(response: dict[str, Any]) -> bool:
         """The final response, before it is written: whether its record is within bounds."""
-        return turn_record(response_id, parsed, response).size <= service.max_record_bytes
+        size = without_response + len(dumps(response).encode())
+        return size <= service.max_record_bytes
 
     def writer(answer_id: str, created: int, *, streaming: bool) -> ResponseWriter:
         made = ResponseWriter(
