@@ -19,6 +19,13 @@ AFTER_TOOL = "the tool said"
 ANSWER = "It is sunny in Paris, says the tool"
 CALL = script({"reasoning": THOUGHT}, {"tool_call": {"name": TOOL, "arguments": {"city": CITY}}})
 TOOL_OUTPUT = "sunny, 24 degrees " + script({"reasoning": AFTER_TOOL}, {"text": ANSWER})
+# Two calls in one turn (the simulator streams them one after the other: index 0, then 1).
+OTHER_CITY = "Rome"
+TWO_CALLS = script(
+    {"reasoning": THOUGHT},
+    {"tool_call": {"name": TOOL, "arguments": {"city": CITY}}},
+    {"tool_call": {"name": TOOL, "arguments": {"city": OTHER_CITY}}},
+)
 # A chat of two turns, no tools.
 FIRST = script({"reasoning": "a greeting"}, {"text": "Hello there"})
 SECOND = script({"reasoning": "a second answer"}, {"text": "Hello again"})

@@ -31,10 +31,12 @@ from tests.clients.conversation import (
     ITEM_3,
     ITEM_5,
     ITEM_5_UNSIGNED,
+    OTHER_CITY,
     SECOND,
     THOUGHT,
     TOOL,
     TOOL_OUTPUT,
+    TWO_CALLS,
 )
 from tests.clients.node_clients import node_clients
 from tests.clients.stack import ClientStack, client_stack
@@ -60,6 +62,10 @@ TOOL_LOOPS = [
     case(f"{api}-{mode}-tools", api, mode, [CALL], toolOutput=TOOL_OUTPUT)
     for api in ("responses", "chat", "anthropic")
     for mode in ("generate", "stream")
+]
+TWO_CALLS_CASES = [
+    case(f"{api}-two-calls", api, "generate", [TWO_CALLS], toolOutput=TOOL_OUTPUT)
+    for api in ENDPOINT
 ]
 TURNS = [case(f"{api}-turns", api, "generate", [FIRST, SECOND]) for api in ENDPOINT]
 THINKING_LOOPS = [
@@ -98,7 +104,7 @@ FILTERED = [
     )
     for mode in ("generate", "stream")
 ]
-CASES = TOOL_LOOPS + TURNS + THINKING_LOOPS + FILTERED
+CASES = TOOL_LOOPS + TWO_CALLS_CASES + TURNS + THINKING_LOOPS + FILTERED
 
 
 pytestmark = pytest.mark.clients
@@ -181,6 +187,26 @@ def test_anthropic_tool_loop_without_thinking_has_no_thinking(ran: Any, name: st
     # Thinking was not enabled: Anthropic sends no thinking blocks then.
     assert [parts(s, "reasoning") for s in steps] == [[], []]
     assert all(s["responseId"].startswith("msg_") for s in steps)
+
+
+@pytest.mark.parametrize(
+    ("name", "api"),
+    [
+        pytest.param("responses-two-calls", "responses", marks=ITEM_1),
+        pytest.param("chat-two-calls", "chat"),
+        pytest.param("anthropic-two-calls", "anthropic"),
+    ],
+)
+def test_two_calls_in_one_turn(ran: Any, name: str, api: str) -> None:
+    result = judged(ran, name, api)
+    # Both run, in the model's order, and both results went back (one request more).
+    assert result["executed"] == [{"city": CITY}, {"city": OTHER_CITY}]
+    [turn] = result["turns"]
+    called, answered = turn["steps"]
+    calls = [(p["toolName"], p["input"]) for p in parts(called, "tool-call")]
+    assert calls == [(TOOL, {"city": CITY}), (TOOL, {"city": OTHER_CITY})]
+    assert len(parts(called, "tool-result")) == 2
+    assert (answered["finishReason"], turn["text"].strip()) == ("stop", ANSWER)
 
 
 @pytest.mark.parametrize(

@@ -28,9 +28,11 @@ from tests.clients.conversation import (
     HELD_THOUGHT,
     ITEM_3,
     ITEM_5,
+    OTHER_CITY,
     THOUGHT,
     TOOL,
     TOOL_OUTPUT,
+    TWO_CALLS,
 )
 from tests.clients.stack import ClientStack, client_stack
 
@@ -162,6 +164,21 @@ def test_a_tool_loop_with_thinking(stack: ClientStack, alias: str, streamed: boo
             "thinking": THOUGHT,
             "signature": signed["signature"],
         }
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["invoke", "stream"])
+def test_two_calls_in_one_turn(stack: ClientStack, streamed: bool) -> None:
+    answers, request_id = tool_loop(
+        stack, "agent-lite", TWO_CALLS, thinking=True, streamed=streamed, steps=MAX_STEPS
+    )
+    called, answered = answers
+    assert [c["args"] for c in called.tool_calls] == [{"city": CITY}, {"city": OTHER_CITY}]
+    assert text_of(answered).strip() == ANSWER
+    assert_completed(stack, request_id, 2)
+    # Both results went back, each for its call.
+    sent = stack.sent_upstream("agent-lite", request_id)[-1]["messages"]
+    results = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+    assert results == [c["id"] for c in called.tool_calls]
 
 
 @ITEM_3
