@@ -78,13 +78,15 @@ def node_binary(npm_path: str) -> Path:
         return Path(machine)
 
     def install(into: Path) -> None:
-        spec = f"node@{NODE_VERSION}"
-        path = os.environ.get("PATH", "")
-        npm(
-            [npm_path, "install", "--no-audit", "--no-fund", "--prefix", str(into), spec],
-            cwd=into,
-            path=path,
-        )
+        # The package's install script is what fetches the binary: npm runs a dependency's
+        # scripts only where `allowScripts` names it.
+        manifest = {
+            "private": True,
+            "dependencies": {"node": NODE_VERSION},
+            "allowScripts": {f"node@{NODE_VERSION}": True},
+        }
+        (into / "package.json").write_text(json.dumps(manifest))
+        npm([npm_path, "install", "--no-audit", "--no-fund"], cwd=into, path=os.environ["PATH"])
 
     where = installed(cache_dir() / f"node-{NODE_VERSION}", install)
     binary = where / "node_modules" / ".bin" / "node"
