@@ -35,24 +35,8 @@ HELD = script(
     {"reasoning": HELD_THOUGHT}, {"tool_call": {"name": TOOL, "arguments": {"city": CITY}}}
 )
 
-ITEM_1 = pytest.mark.xfail(
-    strict=True,
-    reason="issue 40 item 1: /v1/responses refuses the item_reference to the reasoning item "
-    "that the client sends back (the AI SDK's openai(...), store left at true)",
-)
 ITEM_3 = pytest.mark.xfail(
     strict=True,
     reason="issue 40 item 3: the output filter releases the held-back reasoning after the "
     "tool_use block",
-)
-ITEM_5 = pytest.mark.xfail(
-    strict=True,
-    reason="issue 40 item 5: /v1/messages sends thinking blocks (with an empty signature) when "
-    "thinking was not enabled, and msg-… ids",
-)
-ITEM_5_UNSIGNED = pytest.mark.xfail(
-    strict=True,
-    reason="issue 40 item 5, beyond its text: thinking enabled, from a provider that does not "
-    "sign it (vLLM), streams a thinking block without a signature_delta, and the AI SDK warns "
-    "'unsupported reasoning metadata' when it sends the turn back",
 )

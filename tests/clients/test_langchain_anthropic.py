@@ -27,7 +27,6 @@ from tests.clients.conversation import (
     HELD,
     HELD_THOUGHT,
     ITEM_3,
-    ITEM_5,
     OTHER_CITY,
     THOUGHT,
     TOOL,
@@ -126,7 +125,6 @@ def assert_completed(stack: ClientStack, request_id: str, requests: int) -> None
     ] * requests
 
 
-@ITEM_5
 @pytest.mark.parametrize("streamed", [False, True], ids=["invoke", "stream"])
 def test_a_tool_loop_without_thinking_gets_no_thinking(stack: ClientStack, streamed: bool) -> None:
     answers, request_id = tool_loop(

@@ -189,6 +189,28 @@ def test_no_thinking_block_for_a_request_that_did_not_enable_thinking() -> None:
     ] == ["tool_use"]
 
 
+def test_every_streamed_thinking_block_ends_with_its_signature_delta() -> None:
+    """As Anthropic's do: a client (the AI SDK) drops a streamed thinking block that had no
+    signature_delta when it sends the turn back. An unsigned provider's (vLLM's) gets the
+    empty signature its whole answer carries, once; a signed one keeps its own, once."""
+    unsigned: list[Event] = [
+        ResponseStarted("p"),
+        ReasoningDelta("thought"),
+        TextDelta("Hi"),
+        ResponseDone("stop"),
+    ]
+    for events, signature in ((unsigned, ""), (THINK_AND_CALL, "sig")):
+        stream = stream_of(events)
+        first = next(e["index"] for e in stream if e["type"] == "content_block_start")
+        block = [e for e in stream if e.get("index") == first]
+        assert block[-1]["type"] == "content_block_stop"
+        deltas = [e["delta"] for e in block if e["type"] == "content_block_delta"]
+        signatures = [d for d in deltas if d["type"] == "signature_delta"]
+        assert signatures == [{"type": "signature_delta", "signature": signature}]
+        assert block[-2]["delta"]["type"] == "signature_delta"
+        assert sdk_fold(stream)["content"][0]["signature"] == signature
+
+
 def test_another_vendors_signature_rides_in_a_thinking_block() -> None:
     detail = ReasoningDetail(0, GOOGLE, data="g-sig", tool_call_id="t1")
     message = whole(

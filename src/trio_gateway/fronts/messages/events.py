@@ -194,6 +194,7 @@ class MessageBuilder:
         self._index = -1
         self._open: str | None = None  # the type of the open block
         self._open_tool: int | None = None  # the tool call index of an open tool_use block
+        self._signed = False  # the open thinking block's signature_delta was written
         self._arguments = ObjectEnd()  # the open tool call's arguments, as they close
         self._written: set[int] = set()  # tool calls whose block has begun
         self._whole: set[int] = set()  # tool calls the answer said are whole (ToolCallDone)
@@ -231,14 +232,23 @@ class MessageBuilder:
     def _close(self) -> list[Json]:
         if self._open is None:
             return []
+        out: list[Json] = []
+        if self._open == "thinking" and not self._signed:
+            # Anthropic ends every thinking block with its signature_delta, and clients (the
+            # AI SDK) drop, with a warning, a streamed thinking block that had none when they
+            # send the turn back. A provider that does not sign (vLLM) gets the empty
+            # signature its whole answer carries.
+            out.append(self._delta({"type": "signature_delta", "signature": ""}))
         self._open = None
         self._open_tool = None
-        return [{"type": "content_block_stop", "index": self._index}]
+        out.append({"type": "content_block_stop", "index": self._index})
+        return out
 
     def _begin(self, block: Json) -> list[Json]:
         out = self._close()
         self._index += 1
         self._open = block["type"]
+        self._signed = False
         out.append({"type": "content_block_start", "index": self._index, "content_block": block})
         return out
 
@@ -272,6 +282,7 @@ class MessageBuilder:
             signature = encode_signature(detail)
             out = [] if self._open == "thinking" else self._begin(_thinking_start())
         out.append(self._delta({"type": "signature_delta", "signature": signature}))
+        self._signed = True
         return out + self._close()
 
     def _tool(self, event: ToolCallDelta) -> list[Json]:
