@@ -21,10 +21,17 @@ CALL = script({"reasoning": THOUGHT}, {"tool_call": {"name": TOOL, "arguments": 
 TOOL_OUTPUT = "sunny, 24 degrees " + script({"reasoning": AFTER_TOOL}, {"text": ANSWER})
 # Two calls in one turn (the simulator streams them one after the other: index 0, then 1).
 OTHER_CITY = "Rome"
+# The two calls' fragments interleaved (index 0, 1, 0, 1 …), as the Chat Completions stream
+# allows (issue 40 item 2): each front must still give each call whole, in order.
 TWO_CALLS = script(
     {"reasoning": THOUGHT},
-    {"tool_call": {"name": TOOL, "arguments": {"city": CITY}}},
-    {"tool_call": {"name": TOOL, "arguments": {"city": OTHER_CITY}}},
+    {
+        "tool_calls": [
+            {"name": TOOL, "arguments": {"city": CITY}},
+            {"name": TOOL, "arguments": {"city": OTHER_CITY}},
+        ],
+        "interleave": True,
+    },
 )
 # A chat of two turns, no tools.
 FIRST = script({"reasoning": "a greeting"}, {"text": "Hello there"})

@@ -61,8 +61,9 @@ TOOL_LOOPS = [
     for mode in ("generate", "stream")
 ]
 TWO_CALLS_CASES = [
-    case(f"{api}-two-calls", api, "generate", [TWO_CALLS], toolOutput=TOOL_OUTPUT)
+    case(f"{api}-{mode}-two-calls", api, mode, [TWO_CALLS], toolOutput=TOOL_OUTPUT)
     for api in ENDPOINT
+    for mode in ("generate", "stream")
 ]
 TURNS = [case(f"{api}-turns", api, "generate", [FIRST, SECOND]) for api in ENDPOINT]
 THINKING_LOOPS = [
@@ -184,11 +185,7 @@ def test_anthropic_tool_loop_without_thinking_has_no_thinking(ran: Any, name: st
 
 @pytest.mark.parametrize(
     ("name", "api"),
-    [
-        ("responses-two-calls", "responses"),
-        pytest.param("chat-two-calls", "chat"),
-        pytest.param("anthropic-two-calls", "anthropic"),
-    ],
+    [(f"{api}-{mode}-two-calls", api) for api in ENDPOINT for mode in ("generate", "stream")],
 )
 def test_two_calls_in_one_turn(ran: Any, name: str, api: str) -> None:
     result = judged(ran, name, api)
