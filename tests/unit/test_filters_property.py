@@ -27,10 +27,13 @@ REGEXES = (r"\d{3}", r"\bab\b", r"a[bé]{1,3}", r"ba{2}", r"^ab", r"é{2}", r"�
 def normalized(text: str) -> tuple[str, list[int], list[int]]:
     """The whole text normalized, and each normalized character's original span."""
     normalizer = Normalizer()
-    starts: list[int] = []
-    ends: list[int] = []
-    normal = normalizer.feed(text, starts, ends) + normalizer.flush(starts, ends)
-    return normal, starts, ends
+    normal = normalizer.feed(text) + normalizer.flush()
+    spans = normalizer.map
+    return (
+        normal,
+        [spans.start(j) for j in range(len(normal))],
+        [spans.end(j) for j in range(len(normal))],
+    )
 
 
 def reference(specs: list[FilterSpec], text: str) -> tuple[str, bool]:

@@ -32,16 +32,21 @@ ALPHABET = "aeikAE fi-1é\u0301\u0323\u200b\u00ad\ufe0f\uff41\ufb01①\u1100\u11
 
 
 def streamed(text: str, cuts: list[int]) -> tuple[str, list[int], list[int]]:
+    """The text fed cut at ``cuts``: its normalized form and each character's original span."""
     normalizer = Normalizer()
-    starts: list[int] = []
-    ends: list[int] = []
     out = []
     previous = 0
     for cut in [*cuts, len(text)]:
-        out.append(normalizer.feed(text[previous:cut], starts, ends))
+        out.append(normalizer.feed(text[previous:cut]))
         previous = cut
-    out.append(normalizer.flush(starts, ends))
-    return "".join(out), starts, ends
+    out.append(normalizer.flush())
+    normal = "".join(out)
+    spans = normalizer.map
+    return (
+        normal,
+        [spans.start(j) for j in range(len(normal))],
+        [spans.end(j) for j in range(len(normal))],
+    )
 
 
 @settings(max_examples=400, deadline=None)
@@ -88,8 +93,7 @@ def test_what_one_normalized_character_stands_for_is_bounded() -> None:
     assert normalize("a" + ignorables + "b") == "a" + "\u200b" * 3 + "b"
     marks = "\u0301" * (MAX_SEGMENT_CHARS + 5)
     normalizer = Normalizer()
-    starts: list[int] = []
-    normalizer.feed("a" + marks, starts, starts)
+    normalizer.feed("a" + marks)
     assert normalizer.stable == MAX_SEGMENT_CHARS  # the first segment is cut and said
 
 

@@ -53,7 +53,6 @@ class FieldFilter:
         "_base",
         "_buf",
         "_emit",
-        "_ends",
         "_exact_state",
         "_folded_state",
         "_hold_from",
@@ -61,13 +60,11 @@ class FieldFilter:
         "_mask_until",
         "_matched",
         "_matcher",
-        "_mbase",
         "_nbase",
         "_nbuf",
         "_nn",
         "_normalizer",
         "_q",
-        "_starts",
         "blocked",
     )
 
@@ -78,10 +75,6 @@ class FieldFilter:
         self._base = 0
         self._emit = 0  # characters decided (said, masked or dropped)
         self._mask_until = 0  # the characters before this are under a mask already said
-        # For each normalized character from _mbase on: the original span it stands for.
-        self._starts: list[int] = []
-        self._ends: list[int] = []
-        self._mbase = 0
         self._nn = 0  # normalized characters so far
         self._nbuf = ""  # the normalized text from _nbase (what the regexes still read)
         self._nbase = 0
@@ -106,21 +99,56 @@ class FieldFilter:
         """The part of the text, masked, that can be said now. After a block, nothing more."""
         if self.blocked is not None or not text:
             return ""
+        # The step of every chunk of a filtered stream: written out, not shared with close().
         self._buf += text
-        normal = self._normalizer.feed(text, self._starts, self._ends)
-        return self._advance(normal, final=False)
+        normalizer = self._normalizer
+        normal = normalizer.feed(text)
+        matcher = self._matcher
+        nn = self._nn
+        if normal:
+            offset = nn
+            nn = self._nn = offset + len(normal)
+            hold = 0
+            automaton = matcher.folded
+            if automaton is not None:
+                found: list[tuple[int, int, int]] = []
+                state = automaton.scan(self._folded_state, fold(normal), offset, found)
+                self._folded_state = state
+                hold = automaton.hold[state]
+                if found:
+                    self._add(found, matcher.folded_rule)
+            automaton = matcher.exact
+            if automaton is not None:
+                found = []
+                state = self._exact_state = automaton.scan(self._exact_state, normal, offset, found)
+                hold = max(hold, automaton.hold[state])
+                if found:
+                    self._add(found, matcher.exact_rule)
+            first = self._hold_from = nn - hold
+            if matcher.regexes:
+                self._nbuf += normal
+        else:
+            first = self._hold_from
+        if matcher.regexes:
+            first = min(first, self._regexes(final=False))
+        cut = normalizer.stable
+        if first < nn:
+            cut = min(cut, normalizer.map.start(first))
+        said = self._render(cut)
+        self._trim(first)
+        return said
 
     def close(self) -> str:
         """The end of the field's text: the rest, masked."""
         if self.blocked is not None:
             return ""
-        return self._advance(self._normalizer.flush(self._starts, self._ends), final=True)
+        return self._advance(self._normalizer.flush(), final=True)
 
     def flush(self) -> str:
         """The rest, masked, as if the text ended here; more may follow (see the module)."""
         if self.blocked is not None:
             return ""
-        normal = self._normalizer.flush(self._starts, self._ends)
+        normal = self._normalizer.flush()
         # The regexes read on from where they were sure: text still to come may make a match
         # of a start the end of the text decided.
         return self._advance(normal, final=True, resume=list(self._q))
@@ -155,7 +183,7 @@ class FieldFilter:
             cut = self._normalizer.stable
             first = min(self._hold_from, undecided)
             if first < nn:
-                cut = min(cut, self._starts[first - self._mbase])
+                cut = min(cut, self._normalizer.map.start(first))
         said = self._render(cut)
         if resume is not None:
             self._q = resume
@@ -164,29 +192,32 @@ class FieldFilter:
         return said
 
     def _add(self, found: list[tuple[int, int, int]], rule_of: tuple[int, ...]) -> None:
-        rules, starts, ends, mbase = self._matcher.rules, self._starts, self._ends, self._mbase
+        rules, spans = self._matcher.rules, self._normalizer.map
         for start, end, pid in found:
             rule = rules[rule_of[pid]]
-            a, b = starts[start - mbase], ends[end - 1 - mbase]
+            a, b = spans.start(start), spans.end(end - 1)
             self._known.append((a, 0 if rule.action == "block" else 1, a - b, rule.index, b))
 
     def _regexes(self, *, final: bool) -> int:
         """Runs each regex over the normalized starts now decidable; the first undecided one."""
         nbuf, nbase, nn = self._nbuf, self._nbase, self._nn
-        rules, starts, ends, mbase = self._matcher.rules, self._starts, self._ends, self._mbase
+        rules, spans = self._matcher.rules, self._normalizer.map
         lowest = nn
+        # RE2 reads UTF-8: ASCII text given as bytes spares its binding the encoding and the
+        # offsets' decoding, and its byte offsets are the characters'.
+        text: str | bytes = nbuf.encode("ascii") if nbuf.isascii() else nbuf
         for i, regex in enumerate(self._matcher.regexes):
             q = self._q[i]
             bound = nn if final else nn - regex.reach
             if q <= bound:
                 # One pass of RE2 over what is held: linear in it, whatever the pattern.
-                for m in regex.pattern.finditer(nbuf, q - nbase):
+                for m in regex.pattern.finditer(text, q - nbase):
                     start = m.start() + nbase
                     if start > bound:
                         break
                     end = m.end() + nbase
                     rule = rules[regex.rule]
-                    a, b = starts[start - mbase], ends[end - 1 - mbase]
+                    a, b = spans.start(start), spans.end(end - 1)
                     block = 0 if rule.action == "block" else 1
                     self._known.append((a, block, a - b, rule.index, b))
                     q = end
@@ -197,8 +228,17 @@ class FieldFilter:
 
     def _render(self, cut: int) -> str:
         """Says the text up to ``cut``, whose every occurrence is known by now."""
+        emitted = self._emit
+        if not self._known and self._mask_until <= emitted:  # most chunks: nothing to mask
+            if cut <= emitted:
+                return ""
+            base = self._base
+            said = self._buf[emitted - base : cut - base]
+            self._buf = self._buf[cut - base :]
+            self._emit = self._base = cut
+            return said
         out: list[str] = []
-        buf, base, emitted = self._buf, self._base, self._emit
+        buf, base = self._buf, self._base
         mask_until = self._mask_until
         p = max(emitted, mask_until)
         known = self._known
@@ -244,11 +284,7 @@ class FieldFilter:
             if keep > self._nbase:
                 self._nbuf = self._nbuf[keep - self._nbase :]
                 self._nbase = keep
-        drop = needed - self._mbase
-        if drop > 0:
-            del self._starts[:drop]
-            del self._ends[:drop]
-            self._mbase = needed
+        self._normalizer.map.forget(needed)
 
     def _block(self, rule: Rule, start: int, out: list[str]) -> str:
         self.blocked = rule

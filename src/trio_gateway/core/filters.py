@@ -41,6 +41,8 @@ from trio_gateway.core.request_texts import request_texts
 
 # A field of an answer: its name, and which one (a tool call's index; 0 for the others).
 _Key = tuple[Field, int]
+_CONTENT: _Key = ("content", 0)
+_REASONING: _Key = ("reasoning", 0)
 
 
 @attrs.frozen
@@ -95,12 +97,11 @@ class StreamFilter:
         # Every occurrence acted on, in order (the caller counts and clears them).
         self.matched: list[Rule] = []
 
-    def _field(self, field: Field, index: int) -> FieldFilter | None:
-        key = (field, index)
+    def _field(self, key: _Key) -> FieldFilter | None:
         try:
             return self._fields[key]
         except KeyError:
-            matcher = self._filters.matcher(field)
+            matcher = self._filters.matcher(key[0])
             one = None if matcher is None else FieldFilter(matcher, self.matched)
             self._fields[key] = one
             return one
@@ -112,9 +113,10 @@ class StreamFilter:
             kind = type(event)
             if kind is TextDelta or kind is ReasoningDelta:
                 assert isinstance(event, TextDelta | ReasoningDelta)
-                name: Field = "content" if kind is TextDelta else "reasoning"
-                self._switch((name, 0), out)
-                field = self._field(name, 0)
+                key = _CONTENT if kind is TextDelta else _REASONING
+                if self._current is not key:
+                    self._switch(key, out)
+                field = self._field(key)
                 if field is None:
                     out.append(event)
                     continue
@@ -187,7 +189,7 @@ class StreamFilter:
         raise OutputBlocked(rule, out, self._provider)
 
     def _tool_delta(self, event: ToolCallDelta, out: list[Event]) -> None:
-        field = self._field("tool_arguments", event.index)
+        field = self._field(("tool_arguments", event.index))
         if field is None:
             out.append(event)
             return
@@ -198,7 +200,7 @@ class StreamFilter:
         self._check(field, out)
 
     def _tool_done(self, event: ToolCallDone, out: list[Event]) -> Event:
-        field = self._field("tool_arguments", event.index)
+        field = self._field(("tool_arguments", event.index))
         if field is None:
             return event
         if field.fed:
@@ -230,7 +232,7 @@ class StreamFilter:
         return event if text == event.text else attrs.evolve(event, text=text)
 
     def _completion(self, event: CompletionText, out: list[Event]) -> None:
-        field = self._field("content", event.index)
+        field = self._field(("content", event.index))
         if field is None:
             out.append(event)
             return

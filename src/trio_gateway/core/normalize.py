@@ -34,6 +34,7 @@ for it, is bounded.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import unicodedata
 from typing import Final
@@ -63,6 +64,10 @@ IGNORABLE: Final = 1
 BOUNDARY_BEFORE: Final = 2  # nothing before it normalizes together with it
 BOUNDARY_AFTER: Final = 4  # nothing after it normalizes together with it
 STABLE: Final = 8  # NFKC leaves it as it is
+# A character that is a segment of its own and its own normal form, whatever came before it.
+SIMPLE: Final = BOUNDARY_BEFORE | STABLE
+# Chunks of a stream (a model's tokens, which repeat) known to be all SIMPLE characters or not.
+_SIMPLE_TEXTS_MAX: Final = 16384
 
 
 @functools.cache
@@ -108,6 +113,19 @@ class _PropertyTable(dict[str, int]):
 
 
 PROPERTIES = _PropertyTable()
+_SIMPLE_TEXTS: dict[str, bool] = {}
+
+
+def _all_simple(text: str) -> bool:
+    simple = _SIMPLE_TEXTS.get(text)
+    if simple is None:
+        table = PROPERTIES
+        simple = all(table[c] & (SIMPLE | IGNORABLE) == SIMPLE for c in text)
+        if len(_SIMPLE_TEXTS) < _SIMPLE_TEXTS_MAX:
+            _SIMPLE_TEXTS[text] = simple
+    return simple
+
+
 # An ASCII character is a segment of its own; one that can begin a composition pair (``e`` of
 # ``e`` + U+0301, ``<`` of ``≮``) waits for the next one. Every letter but Q, as
 # tests/unit/test_normalize.py checks against the Unicode database.
@@ -128,16 +146,74 @@ def normalize(text: str) -> str:
         # No segment reaches its cut: normalizing segment by segment is normalizing the whole.
         return unicodedata.normalize("NFKC", stripped)
     normalizer = Normalizer()
-    starts: list[int] = []
-    return normalizer.feed(text, starts, starts) + normalizer.flush(starts, starts)
+    return normalizer.feed(text) + normalizer.flush()
+
+
+class SpanMap:
+    """Each normalized character's original span, as runs: a run where normalized and original
+    text go character for character (``[j + shift, j + shift + 1)``), or a segment whose
+    normalized characters all stand for one original span. A stream of text that normalization
+    leaves alone is one run, whatever its length."""
+
+    __slots__ = ("_ends", "_norm", "_orig", "_shift", "produced")
+
+    def __init__(self) -> None:
+        self._norm: list[int] = []  # where each run begins, in the normalized text
+        self._orig: list[int] = []  # where it begins in the original
+        self._ends: list[int] = []  # -1: one for one; else where the segment ends
+        self._shift: int | None = None  # the last run's original - normalized, if one for one
+        self.produced = 0  # normalized characters mapped
+
+    def same(self, start: int, count: int) -> None:
+        """``count`` normalized characters that are the original's from ``start`` on."""
+        n = self.produced
+        self.produced = n + count
+        if self._shift == start - n:
+            return  # goes on the last run
+        self._norm.append(n)
+        self._orig.append(start)
+        self._ends.append(-1)
+        self._shift = start - n
+
+    def segment(self, start: int, end: int, count: int) -> None:
+        """``count`` normalized characters that all stand for ``[start, end)``."""
+        if count == 1 and end == start + 1:
+            self.same(start, 1)
+            return
+        self._norm.append(self.produced)
+        self._orig.append(start)
+        self._ends.append(end)
+        self._shift = None
+        self.produced += count
+
+    def start(self, j: int) -> int:
+        """Where the original text of normalized character ``j`` begins."""
+        if self._shift is not None and j >= self._norm[-1]:
+            return j + self._shift  # the last run, one for one: most asked
+        i = bisect.bisect_right(self._norm, j) - 1
+        return self._orig[i] + (j - self._norm[i]) if self._ends[i] < 0 else self._orig[i]
+
+    def end(self, j: int) -> int:
+        """Where the original text of normalized character ``j`` ends."""
+        i = bisect.bisect_right(self._norm, j) - 1
+        end = self._ends[i]
+        return self._orig[i] + (j - self._norm[i]) + 1 if end < 0 else end
+
+    def forget(self, j: int) -> None:
+        """Normalized characters before ``j`` will not be asked for again."""
+        if len(self._norm) < 2:
+            return
+        i = bisect.bisect_right(self._norm, j) - 1
+        if i > 0:
+            del self._norm[:i], self._orig[:i], self._ends[:i]
 
 
 class Normalizer:
     """One stream's text, normalized as it arrives. :meth:`feed` returns the normalized text
-    decided so far and appends, for each of its characters, the original span ``[start, end)``
-    it came from (offsets in the whole stream)."""
+    decided so far; :attr:`map` has, for each of its characters, the original span it came
+    from (offsets in the whole stream)."""
 
-    __slots__ = ("_open", "_open_at", "_run", "fed", "stable")
+    __slots__ = ("_open", "_open_at", "_run", "fed", "map", "stable")
 
     def __init__(self) -> None:
         self._open = ""  # the last segment, which may still grow (ignorables removed)
@@ -145,46 +221,56 @@ class Normalizer:
         self._run = 0  # ignorable characters removed in a row
         self.fed = 0  # original characters fed
         self.stable = 0  # the normalized text stands for the original text before this
+        self.map = SpanMap()
 
-    def feed(self, text: str, starts: list[int], ends: list[int]) -> str:
+    def feed(self, text: str) -> str:
         base = self.fed
         self.fed = base + len(text)
         if not text:
             return ""
-        if text.isascii() and (not self._open or self._open.isascii()):
-            return self._ascii(text, base, starts, ends)
-        return self._general(text, base, starts, ends)
+        if text.isascii():
+            return self._simple(text, base, text[-1] not in ASCII_FIRSTS)
+        if _all_simple(text):
+            return self._simple(text, base, bool(PROPERTIES[text[-1]] & BOUNDARY_AFTER))
+        return self._general(text, base)
 
-    def flush(self, starts: list[int], ends: list[int]) -> str:
+    def flush(self) -> str:
         """The last segment, as if the text ended here (the end of the stream, or of a run of
         the field between two others)."""
         out: list[str] = []
-        self._emit(out, starts, ends)
+        self._emit(out)
         self.stable = self.fed
         return "".join(out)
 
-    def _ascii(self, text: str, base: int, starts: list[int], ends: list[int]) -> str:
-        """Every ASCII character is a segment of its own and its own normal form."""
+    def _simple(self, text: str, base: int, ends_here: bool) -> str:
+        """Text of SIMPLE characters (any ASCII text): each a segment of its own and its own
+        normal form; the last waits unless nothing can join it (``ends_here``)."""
         said = text
-        if self._open:  # one ASCII character: the next one is a boundary before it
+        start = base
+        if self._open:  # the first character is a boundary before it: it is whole
             at = self._open_at[0]
-            starts.append(at)
-            ends.append(at + 1)
-            said = self._open + text
+            if at + 1 == base and len(self._open) == 1 and PROPERTIES[self._open] & STABLE:
+                said = self._open + text  # one run with the text (the usual held letter)
+                start = at
+            else:
+                out: list[str] = []
+                self._emit(out)
+                said = out[0] + text
         end = base + len(text)
-        if text[-1] in ASCII_FIRSTS:
+        if ends_here:
+            self._open = ""
+            self._open_at = []
+        else:
             said = said[:-1]
             end -= 1
-            self._open, self._open_at = text[-1], [end]
-        else:
-            self._open, self._open_at = "", []
+            self._open = text[-1]
+            self._open_at = [end]
         self._run = 0
-        starts.extend(range(base, end))
-        ends.extend(range(base + 1, end + 1))
+        self.map.same(start, end - start)
         self.stable = end if self._open else self.fed
         return said
 
-    def _general(self, text: str, base: int, starts: list[int], ends: list[int]) -> str:
+    def _general(self, text: str, base: int) -> str:
         out: list[str] = []
         table = PROPERTIES
         for i, char in enumerate(text):
@@ -194,24 +280,25 @@ class Normalizer:
                 continue
             self._run = 0
             if self._open and (bits & BOUNDARY_BEFORE or len(self._open) >= MAX_SEGMENT_CHARS):
-                self._emit(out, starts, ends)
+                self._emit(out)
             self._open += char
             self._open_at.append(base + i)
             if bits & BOUNDARY_AFTER:
-                self._emit(out, starts, ends)
+                self._emit(out)
         self.stable = self._open_at[0] if self._open else self.fed
         return "".join(out)
 
-    def _emit(self, out: list[str], starts: list[int], ends: list[int]) -> None:
+    def _emit(self, out: list[str]) -> None:
         segment = self._open
         if not segment:
             return
+        start = self._open_at[0]
         if len(segment) == 1 and PROPERTIES[segment] & STABLE:
-            normal = segment
+            out.append(segment)
+            self.map.same(start, 1)
         else:
             normal = unicodedata.normalize("NFKC", segment)
-        start, end = self._open_at[0], self._open_at[-1] + 1
-        out.append(normal)
-        starts.extend([start] * len(normal))
-        ends.extend([end] * len(normal))
-        self._open, self._open_at = "", []
+            out.append(normal)
+            self.map.segment(start, self._open_at[-1] + 1, len(normal))
+        self._open = ""
+        self._open_at = []
