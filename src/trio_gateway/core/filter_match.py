@@ -1,5 +1,8 @@
 """What an output or input filter looks for, compiled: many literals in one pass, and regexes whose
-longest match is bounded. Pure; the streaming side is ``core/filters.py``.
+longest match is bounded, run on RE2. Pure; the streaming side is ``core/field_filter.py``.
+
+Both match the text in its normalized form (``core/normalize.py``: NFKC, default-ignorable code
+points removed), and the patterns are normalized the same way when compiled.
 
 **Literals** go into an Aho-Corasick automaton (one for the case-insensitive ones, matched against
 folded text; one for the case-sensitive ones): every occurrence of every pattern, overlapping ones
@@ -13,24 +16,33 @@ whose full Unicode case folding is one character folds to it (``K`` → ``k``, t
 (``ß`` → ``ss``, ``ŉ``, ligatures) folds to its lowercase if that is one character, else stays
 as it is. So the folded text has exactly the length of the text, and a match's span in one is
 its span in the other: masking never shifts. The price: ``STRASSE`` does not match ``straße``
-(full folding would). Python's ``re.IGNORECASE`` does the same kind of simple folding,
-so literals and regexes agree.
+(full folding would). RE2's case-insensitive mode does the same kind of simple folding, so
+literals and regexes agree.
 
-**Regexes** must have a bounded longest match (``re``'s own parser, ``getwidth()``): ``\\d+`` is
-refused, ``\\d{1,12}`` is not; and may not match the empty string. Their *reach* is that longest
-match plus what their lookarounds and anchors read past it (``\\b`` reads one character beyond,
-``$`` two, a lookahead its own width): a start position is decided once that much text follows it.
+**Regexes** run on RE2 (Google's engine, through its own binding ``google-re2``): its time is
+linear in the text whatever the pattern (no backtracking), so no answer a client can steer a
+model into writing makes a filter slow. What RE2 has not (lookarounds, backreferences, atomic
+groups, possessive repeats, conditionals) is refused by name. A regex must have a bounded longest
+match, read with Python's own parser (``getwidth()``; RE2's Unicode classes ``\\p{..}`` and
+code points ``\\x{..}`` count one character): ``\\d+`` is refused, ``\\d{1,12}`` is not; and
+may not match the empty string. Its *reach* is that longest match plus what its anchors read past
+it (``\\b`` reads one character beyond, ``$`` two): a start position is decided once that much
+text follows it.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from re import _constants as sre_constants  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any, Literal
 
 import attrs
+import re2
+
+from trio_gateway.core.normalize import normalize, warm
 
 Action = Literal["mask", "block"]
 Field = Literal["content", "reasoning", "tool_arguments"]
@@ -164,24 +176,80 @@ class Automaton:
 
 @attrs.frozen
 class CompiledRegex:
-    pattern: re.Pattern[str]
+    pattern: Any  # an RE2 regexp (``re2._Regexp``: the binding ships no types)
     rule: int
-    reach: int  # longest match + what lookarounds read after it
-    behind: int  # what lookbehinds and anchors read before a match's start
+    reach: int  # longest match + what anchors read after it
+    behind: int  # what anchors read before a match's start
 
 
 class RegexRefused(ValueError):
-    """A filter regex the gateway will not run (unbounded, empty, invalid)."""
+    """A filter regex the gateway will not run (unbounded, empty, invalid, or not RE2's)."""
+
+
+# What Python's parser reads that RE2 has not, by the parser's opcode: refused by name.
+_NOT_RE2 = {
+    sre_constants.GROUPREF: "a backreference",
+    sre_constants.GROUPREF_EXISTS: "a conditional group",
+    sre_constants.ATOMIC_GROUP: "an atomic group",
+    sre_constants.POSSESSIVE_REPEAT: "a possessive repeat",
+}
+# RE2's syntax that Python's parser cannot read, rewritten to an equivalent width for the
+# parser's eyes only (RE2 runs the source as written): a Unicode class \pL, \p{Greek},
+# \PN, \P{..} and a code point \x{263a} are one character; RE2's \z is Python's \Z.
+_RE2_ONLY = re.compile(r"\\(p\{[^}]*\}|P\{[^}]*\}|[pP][A-Za-z]|x\{[0-9A-Fa-f]+\}|z|.)", re.S)
+
+
+def _for_python(source: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        escape = m.group(1)
+        if escape == "z":
+            return r"\Z"
+        if len(escape) > 1 or escape in "pP":
+            return "x"
+        return m.group(0)
+
+    return _RE2_ONLY.sub(one, source)
+
+
+def _refusal(source: str) -> str | None:
+    """What RE2 reads otherwise than Python's parser, caught before it misleads the bound."""
+    if "{," in source:
+        return "RE2 reads {,n} as the characters '{,n}': write {0,n}"
+    if re.search(r"(?<!\\)(?:\\\\)*\\Z", source):
+        return "RE2 has no \\Z: write \\z (the end of the text)"
+    return None
+
+
+def _re2(source: str, *, case_sensitive: bool) -> Any:
+    options = re2.Options()
+    options.case_sensitive = case_sensitive
+    options.log_errors = False  # RE2 would write each refusal to stderr
+    try:
+        return re2.compile(source, options)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else exc
+        if isinstance(why, bytes):
+            why = why.decode("utf-8", "replace")
+        raise RegexRefused(f"RE2, the engine filters run on, cannot run it: {why}") from None
 
 
 def regex_reach(source: str, *, case_sensitive: bool) -> tuple[int, int]:
     """``(reach, behind)`` of a filter regex, or :class:`RegexRefused` saying why not."""
+    if (problem := _refusal(source)) is not None:
+        raise RegexRefused(problem)
     flags = 0 if case_sensitive else re.IGNORECASE
     try:
-        re.compile(source, flags)
-        parsed = sre_parse.parse(source, flags)
+        with warnings.catch_warnings():
+            # Python reads RE2's [[:alpha:]] as a nested set, warns, and over-counts by one.
+            warnings.simplefilter("ignore", FutureWarning)
+            parsed = sre_parse.parse(_for_python(source), flags)
     except re.error as exc:
-        raise RegexRefused(f"not a valid regex: {exc}") from None
+        raise RegexRefused(
+            f"not a valid regex as Python's parser reads it ({exc}); the gateway reads its "
+            "longest match with that parser, so write it in the syntax RE2 and Python share"
+        ) from None
+    after, behind = _anchors(parsed)
+    _re2(source, case_sensitive=case_sensitive)
     lo, hi = parsed.getwidth()
     if hi >= sre_parse.MAXWIDTH:
         raise RegexRefused(
@@ -189,11 +257,15 @@ def regex_reach(source: str, *, case_sensitive: bool) -> tuple[int, int]:
         )
     if lo == 0:
         raise RegexRefused("it can match the empty string")
-    after, behind = _lookaround(parsed)
+    if (normal := normalize(source)) != source:
+        raise RegexRefused(
+            "filters match the NFKC-normalized text, without default-ignorable characters; "
+            f"write it as {normal!r}"
+        )
     reach = hi + after
     if reach > MAX_REGEX_REACH:
         raise RegexRefused(
-            f"its longest match, {hi} characters (with lookarounds {reach}), is over "
+            f"its longest match, {hi} characters (with its anchors {reach}), is over "
             f"{MAX_REGEX_REACH}"
         )
     return reach, behind + 1
@@ -211,21 +283,25 @@ _AT_AFTER = {
 _REPEATS = (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, sre_constants.POSSESSIVE_REPEAT)
 
 
-def _lookaround(parsed: Any) -> tuple[int, int]:
-    """Conservative: the sum of every lookahead's (lookbehind's) longest width and every
-    anchor's reach, wherever it sits in the pattern."""
+def _anchors(parsed: Any) -> tuple[int, int]:
+    """Conservative: the sum of every anchor's reach after (before) the match, wherever it
+    sits in the pattern; :class:`RegexRefused` naming what RE2 has not (lookarounds,
+    backreferences, atomic groups, possessive repeats, conditionals)."""
     after = behind = 0
     for op, av in parsed.data if hasattr(parsed, "data") else parsed:
         subs: Iterable[Any] = ()
         if op in (sre_constants.ASSERT, sre_constants.ASSERT_NOT):
-            direction, sub = av
-            width = sub.getwidth()[1]
-            if direction > 0:
-                after += width
-            else:
-                behind += width
-            subs = (sub,)
-        elif op is sre_constants.AT:
+            look = "a lookahead" if av[0] > 0 else "a lookbehind"
+            raise RegexRefused(
+                f"it has {look}, which RE2, the engine filters run on, has not (it keeps "
+                "matching linear in the text): match the context itself, or drop it"
+            )
+        if op in _NOT_RE2:
+            raise RegexRefused(
+                f"it has {_NOT_RE2[op]}, which RE2, the engine filters run on, has not (it "
+                "keeps matching linear in the text)"
+            )
+        if op is sre_constants.AT:
             after += _AT_AFTER.get(av, 0)
             behind += 1
         elif op is sre_constants.BRANCH:
@@ -234,12 +310,8 @@ def _lookaround(parsed: Any) -> tuple[int, int]:
             subs = (av[-1],)
         elif op in _REPEATS:
             subs = (av[2],)
-        elif op is sre_constants.ATOMIC_GROUP:
-            subs = (av,)
-        elif op is sre_constants.GROUPREF_EXISTS:
-            subs = tuple(s for s in av[1:] if s is not None)
         for sub in subs:
-            a, b = _lookaround(sub)
+            a, b = _anchors(sub)
             after += a
             behind += b
     return after, behind
@@ -247,9 +319,11 @@ def _lookaround(parsed: Any) -> tuple[int, int]:
 
 class Matcher:
     """Everything one field of one alias looks for: its filters' literals (two automata) and
-    regexes. Immutable once built; one per alias and field, shared by every stream."""
+    regexes. Immutable once built; one per alias and field, shared by every stream (and by
+    threads: RE2 is safe to share)."""
 
     def __init__(self, specs: Sequence[FilterSpec]) -> None:
+        warm()
         self.rules = tuple(Rule(i, s.name, s.action, s.mask) for i, s in enumerate(specs))
         folded: list[str] = []
         folded_rule: list[int] = []
@@ -258,7 +332,7 @@ class Matcher:
         regexes: list[CompiledRegex] = []
         longest = 0
         for i, spec in enumerate(specs):
-            for pattern in dict.fromkeys(spec.patterns):
+            for pattern in dict.fromkeys(map(normalize, spec.patterns)):
                 if not pattern:
                     continue
                 longest = max(longest, len(pattern))
@@ -270,15 +344,16 @@ class Matcher:
                     folded_rule.append(i)
             for source in spec.regex:
                 reach, behind = regex_reach(source, case_sensitive=spec.case_sensitive)
-                flags = 0 if spec.case_sensitive else re.IGNORECASE
-                regexes.append(CompiledRegex(re.compile(source, flags), i, reach, behind))
+                compiled = _re2(source, case_sensitive=spec.case_sensitive)
+                regexes.append(CompiledRegex(compiled, i, reach, behind))
                 longest = max(longest, reach)
         self.folded = Automaton(folded) if folded else None
         self.folded_rule = tuple(folded_rule)
         self.exact = Automaton(exact) if exact else None
         self.exact_rule = tuple(exact_rule)
         self.regexes = tuple(regexes)
-        # What a stream may hold back: never more than this minus one character.
+        # What a stream may hold back, in normalized characters: never more than this minus one
+        # (and the segment still open, core/normalize.py).
         self.window = longest
         self.context = max((r.behind for r in regexes), default=0)
 
@@ -290,6 +365,9 @@ class Matcher:
 def pattern_problem(pattern: str) -> str | None:
     if not pattern:
         return "an empty pattern matches everywhere"
-    if len(pattern) > MAX_PATTERN_CHARS:
-        return f"longer than {MAX_PATTERN_CHARS} characters"
+    normal = normalize(pattern)
+    if not normal:
+        return "it is only default-ignorable characters, which the matched text never holds"
+    if len(normal) > MAX_PATTERN_CHARS:
+        return f"longer than {MAX_PATTERN_CHARS} characters (normalized: {len(normal)})"
     return None

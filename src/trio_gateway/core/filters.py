@@ -1,32 +1,25 @@
-"""Split-safe output filters: the text of a stream, masked or blocked as it passes, whatever the
-cuts between its pieces. Pure; ``core/filter_match.py`` finds the matches.
+"""A stream's output filters, field by field, and a request's input filters. Pure; a field's text
+is filtered by ``core/field_filter.py`` (split-safe, on the normalized form), matches are found
+by ``core/filter_match.py``.
 
-**What the client gets** (the reference, :func:`mask_whole` on the whole text): every occurrence
-of every pattern and every regex match (``re.finditer``'s, per regex) is found, overlapping ones
-included. Taken by start (a ``block`` first, then the longest, then the filter listed first), each
-occurrence that starts outside the characters already masked is replaced by its filter's mask, and
-the characters it covers are gone; one that starts inside them only extends them (overlapping
-occurrences make one mask). The first ``block`` occurrence ends the text at its start: what comes
-before it is said, masked as above, and nothing of it or after it.
+**Order.** An answer's parts come in an order its clients rely on (Anthropic's refuse a thinking
+block after a ``tool_use``; a chat client shows reasoning before the call it led to). A field's
+held-back text (the start of what could be a match) is said, masked as needed, as soon as that
+field cannot go on: another field starts (the content after the reasoning, a tool call, another
+tool call, a reasoning detail), or the answer ends. So the filtered answer's parts come in the
+order of the answer's (property-tested in ``tests/unit/test_filters_order.py``). A field that
+goes on after another one (an upstream interleaving two tool calls' fragments) keeps matching
+where it was: what it said stays said, the rest of a match is masked, and a block still ends the
+answer (``core/field_filter.py``, "Flush").
 
-**Streaming** (:class:`FieldFilter`): text is said as soon as no occurrence not yet seen could
-cover it. An occurrence not yet complete starts in the text's last ``hold`` characters (the
-automaton's longest suffix that may still grow into a match), or, for a regex, at a start not
-yet decided (less than its reach before the end); so at most the longest possible match minus one
-character is held back (:attr:`Matcher.window`), and an occurrence is masked before any of its
-characters is said. Literal-only filters hold back nothing while the text cannot begin a match;
-a regex holds back its reach (Python's ``re`` cannot say whether a text could still begin a match).
-
-Every split of a text into pieces gives the same output as the whole (property-tested in
-``tests/unit/test_filters_property.py``). Text reaches this module as ``str``: the SSE decoder
-(``core/sse.py``) cuts the byte stream only at line ends, so a multi-byte UTF-8 character is never
-seen in halves.
+**Input filters** match every text of a request that a model reads (``core/request_texts.py``),
+normalized the same way; the first match refuses the request.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -41,176 +34,15 @@ from trio_gateway.core.events import (
     ToolCallDelta,
     ToolCallDone,
 )
+from trio_gateway.core.field_filter import FieldFilter
 from trio_gateway.core.filter_match import FIELDS, Field, FilterSpec, Matcher, Rule, fold
+from trio_gateway.core.normalize import normalize
+from trio_gateway.core.request_texts import request_texts
 
-# (start, 0 for a block else 1, -length, rule, end): sorted, the order the reference takes them.
-_Occurrence = tuple[int, int, int, int, int]
-
-
-class FieldFilter:
-    """One field of one stream (the content, the reasoning, one tool call's arguments)."""
-
-    __slots__ = (
-        "_base",
-        "_buf",
-        "_emit",
-        "_exact_state",
-        "_folded_state",
-        "_known",
-        "_mask_until",
-        "_matched",
-        "_matcher",
-        "_n",
-        "_q",
-        "blocked",
-    )
-
-    def __init__(self, matcher: Matcher, matched: list[Rule] | None = None) -> None:
-        self._matcher = matcher
-        self._buf = ""
-        self._base = 0  # where _buf starts in the whole text
-        self._n = 0  # characters fed
-        self._emit = 0  # characters decided (said, masked or dropped)
-        self._mask_until = 0  # the characters before this are under a mask already said
-        self._folded_state = 0
-        self._exact_state = 0
-        self._q = [0] * len(matcher.regexes)  # each regex: starts before this are decided
-        self._known: list[_Occurrence] = []
-        self._matched = matched if matched is not None else []
-        self.blocked: Rule | None = None
-
-    @property
-    def held(self) -> int:
-        """Characters fed and not yet decided."""
-        return self._n - self._emit
-
-    @property
-    def fed(self) -> int:
-        return self._n
-
-    def feed(self, text: str) -> str:
-        """The part of the text, masked, that can be said now. After a block, nothing more."""
-        if self.blocked is not None or not text:
-            return ""
-        matcher = self._matcher
-        offset = self._n
-        self._buf += text
-        n = self._n = offset + len(text)
-        found: list[tuple[int, int, int]] = []
-        hold = 0
-        if matcher.folded is not None:
-            automaton = matcher.folded
-            state = self._folded_state = automaton.scan(
-                self._folded_state, fold(text), offset, found
-            )
-            hold = automaton.hold[state]
-            self._add(found, matcher.folded_rule)
-        if matcher.exact is not None:
-            automaton = matcher.exact
-            found.clear()
-            state = self._exact_state = automaton.scan(self._exact_state, text, offset, found)
-            hold = max(hold, automaton.hold[state])
-            self._add(found, matcher.exact_rule)
-        cut = n - hold
-        if matcher.regexes:
-            cut = min(cut, self._regexes(final=False))
-        return self._render(cut)
-
-    def close(self) -> str:
-        """The end of the field's text: the rest, masked."""
-        if self.blocked is not None:
-            return ""
-        if self._matcher.regexes:
-            self._regexes(final=True)
-        return self._render(self._n)
-
-    def _add(self, found: list[tuple[int, int, int]], rule_of: tuple[int, ...]) -> None:
-        rules = self._matcher.rules
-        for start, end, pid in found:
-            rule = rules[rule_of[pid]]
-            self._known.append(
-                (start, 0 if rule.action == "block" else 1, start - end, rule.index, end)
-            )
-
-    def _regexes(self, *, final: bool) -> int:
-        """Runs each regex over the starts now decidable; the first undecided start."""
-        buf, base, n = self._buf, self._base, self._n
-        rules = self._matcher.rules
-        lowest = n
-        for i, regex in enumerate(self._matcher.regexes):
-            q = self._q[i]
-            bound = n if final else n - regex.reach
-            search = regex.pattern.search
-            while q <= bound:
-                m = search(buf, q - base)
-                if m is None or m.start() + base > bound:
-                    q = bound + 1
-                    break
-                start, end = m.start() + base, m.end() + base
-                rule = rules[regex.rule]
-                self._known.append(
-                    (start, 0 if rule.action == "block" else 1, start - end, rule.index, end)
-                )
-                q = end
-            self._q[i] = q
-            lowest = min(lowest, q)
-        return lowest
-
-    def _render(self, cut: int) -> str:
-        """Says the text up to ``cut``, whose every occurrence is known by now."""
-        out: list[str] = []
-        buf, base = self._buf, self._base
-        mask_until = self._mask_until
-        p = max(self._emit, mask_until)
-        known = self._known
-        if known:
-            known.sort()
-            rules = self._matcher.rules
-            taken = 0
-            for start, _, _, index, end in known:
-                if start >= cut:
-                    break
-                taken += 1
-                rule = rules[index]
-                self._matched.append(rule)
-                if start < mask_until:
-                    if rule.action == "block":
-                        return self._block(rule, start, out)
-                    mask_until = max(mask_until, end)
-                    p = max(p, mask_until)
-                    continue
-                if p < start:
-                    out.append(buf[p - base : start - base])
-                if rule.action == "block":
-                    return self._block(rule, start, out)
-                out.append(rule.mask)
-                mask_until = p = end
-            del known[:taken]
-        if p < cut:
-            out.append(buf[p - base : cut - base])
-        self._emit = cut
-        self._mask_until = mask_until
-        keep = cut
-        if self._q:
-            keep = min(keep, min(self._q) - self._matcher.context)
-        if keep > base:
-            self._buf = buf[keep - base :]
-            self._base = keep
-        return "".join(out)
-
-    def _block(self, rule: Rule, start: int, out: list[str]) -> str:
-        self.blocked = rule
-        self._emit = start
-        self._known.clear()
-        self._buf = ""
-        return "".join(out)
-
-
-def mask_whole(matcher: Matcher, text: str) -> tuple[str, Rule | None]:
-    """The reference: ``text`` masked whole, and the block that ended it if one did."""
-    field = FieldFilter(matcher)
-    out = field.feed(text) + field.close()
-    return out, field.blocked
+# A field of an answer: its name, and which one (a tool call's index; 0 for the others).
+_Key = tuple[Field, int]
+_CONTENT: _Key = ("content", 0)
+_REASONING: _Key = ("reasoning", 0)
 
 
 @attrs.frozen
@@ -243,24 +75,33 @@ class StreamFilter:
     :class:`FieldFilter`. ``ResponseStarted`` waits for the first event said after it, so that a
     block before anything of the answer was said leaves nothing said at all."""
 
-    __slots__ = ("_fields", "_filters", "_provider", "_sent", "_start", "_tool_out", "matched")
+    __slots__ = (
+        "_current",
+        "_fields",
+        "_filters",
+        "_provider",
+        "_sent",
+        "_start",
+        "_tool_out",
+        "matched",
+    )
 
     def __init__(self, filters: OutputFilters) -> None:
         self._filters = filters
-        self._fields: dict[tuple[Field, int], FieldFilter | None] = {}
+        self._fields: dict[_Key, FieldFilter | None] = {}
         self._tool_out: dict[int, list[str]] = {}
+        self._current: _Key | None = None  # the field the last event went to
         self._start: ResponseStarted | None = None
         self._sent = False
         self._provider: str | None = None
         # Every occurrence acted on, in order (the caller counts and clears them).
         self.matched: list[Rule] = []
 
-    def _field(self, field: Field, index: int) -> FieldFilter | None:
-        key = (field, index)
+    def _field(self, key: _Key) -> FieldFilter | None:
         try:
             return self._fields[key]
         except KeyError:
-            matcher = self._filters.matcher(field)
+            matcher = self._filters.matcher(key[0])
             one = None if matcher is None else FieldFilter(matcher, self.matched)
             self._fields[key] = one
             return one
@@ -272,7 +113,10 @@ class StreamFilter:
             kind = type(event)
             if kind is TextDelta or kind is ReasoningDelta:
                 assert isinstance(event, TextDelta | ReasoningDelta)
-                field = self._field("content" if kind is TextDelta else "reasoning", 0)
+                key = _CONTENT if kind is TextDelta else _REASONING
+                if self._current is not key:
+                    self._switch(key, out)
+                field = self._field(key)
                 if field is None:
                     out.append(event)
                     continue
@@ -282,17 +126,22 @@ class StreamFilter:
                 self._check(field, out)
             elif kind is ToolCallDelta:
                 assert isinstance(event, ToolCallDelta)
+                self._switch(("tool_arguments", event.index), out)
                 self._tool_delta(event, out)
             elif kind is ToolCallDone:
                 assert isinstance(event, ToolCallDone)
+                self._switch(("tool_arguments", event.index), out)
                 out.append(self._tool_done(event, out))
+                self._current = None
             elif kind is ReasoningDetail:
                 assert isinstance(event, ReasoningDetail)
+                self._switch(None, out)  # a block of its own, after what came before it
                 out.append(self._detail(event, out))
             elif kind is CompletionText:
                 assert isinstance(event, CompletionText)
                 self._completion(event, out)
             elif kind is ResponseDone:
+                self._switch(None, out)
                 self._close_all(out)
                 out.append(event)
             elif kind is ResponseStarted and not self._sent:
@@ -304,6 +153,26 @@ class StreamFilter:
         if out:
             self._said(out)
         return out
+
+    def _switch(self, key: _Key | None, out: list[Event]) -> None:
+        """The answer goes on in ``key`` (None: in no field): the field it leaves cannot go on
+        now, so what that field holds is said, before anything of the next."""
+        current = self._current
+        if current == key:
+            return
+        self._current = key
+        field = None if current is None else self._fields.get(current)
+        if field is None or current is None:
+            return
+        text = field.flush()
+        name, index = current
+        if name == "tool_arguments":
+            self._tool_out.setdefault(index, []).append(text)
+            if text:
+                out.append(ToolCallDelta(index, None, None, text))
+        elif text:
+            out.append(TextDelta(text) if name == "content" else ReasoningDelta(text))
+        self._check(field, out)
 
     def _said(self, out: list[Event]) -> None:
         if self._start is not None:
@@ -320,7 +189,7 @@ class StreamFilter:
         raise OutputBlocked(rule, out, self._provider)
 
     def _tool_delta(self, event: ToolCallDelta, out: list[Event]) -> None:
-        field = self._field("tool_arguments", event.index)
+        field = self._field(("tool_arguments", event.index))
         if field is None:
             out.append(event)
             return
@@ -331,7 +200,7 @@ class StreamFilter:
         self._check(field, out)
 
     def _tool_done(self, event: ToolCallDone, out: list[Event]) -> Event:
-        field = self._field("tool_arguments", event.index)
+        field = self._field(("tool_arguments", event.index))
         if field is None:
             return event
         if field.fed:
@@ -363,7 +232,7 @@ class StreamFilter:
         return event if text == event.text else attrs.evolve(event, text=text)
 
     def _completion(self, event: CompletionText, out: list[Event]) -> None:
-        field = self._field("content", event.index)
+        field = self._field(("content", event.index))
         if field is None:
             out.append(event)
             return
@@ -378,7 +247,8 @@ class StreamFilter:
             out.append(CompletionText(event.index, text, event.finish_reason))
 
     def _close_all(self, out: list[Event]) -> None:
-        """The answer is over: every field still holding text says it."""
+        """The answer is over: every field still holding text says it (only the last one can:
+        the others said theirs when the answer left them)."""
         for (name, _), field in list(self._fields.items()):
             if field is None or name == "tool_arguments":
                 continue  # a tool call's arguments end with its ToolCallDone
@@ -391,43 +261,36 @@ class StreamFilter:
             self._check(field, out)
 
 
-def request_texts(body: Mapping[str, object]) -> Iterator[str]:
-    """Every text a client sent in a request body (chat-shaped, or a completion's prompt, or
-    embeddings' input): what input filters read."""
-    messages = body.get("messages")
-    for message in messages if isinstance(messages, list) else ():
-        if not isinstance(message, dict):
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            yield content
-        elif isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    yield part["text"]
-        calls = message.get("tool_calls")
-        for call in calls if isinstance(calls, list) else ():
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
-                yield function["arguments"]
-    for key in ("prompt", "input"):
-        value = body.get(key)
-        if isinstance(value, str):
-            yield value
-        elif isinstance(value, list):
-            yield from (v for v in value if isinstance(v, str))
-
-
 def input_match(matcher: Matcher, body: Mapping[str, object]) -> Rule | None:
-    """The first filter that matches any text of the request, if one does."""
+    """The first filter that matches any text of the request a model reads, if one does
+    (each text normalized as the output's are: ``core/normalize.py``)."""
     for text in request_texts(body):
-        matched: list[Rule] = []
-        field = FieldFilter(matcher, matched)
-        field.feed(text)
-        field.close()
-        if matched or field.blocked is not None:
-            return field.blocked or matched[0]
+        rule = _first_match(matcher, normalize(text))
+        if rule is not None:
+            return rule
     return None
+
+
+def _first_match(matcher: Matcher, text: str) -> Rule | None:
+    """The filter of the match that starts first in ``text`` (already normalized)."""
+    found: list[tuple[int, int, int]] = []
+    first: tuple[int, int] | None = None  # (start, rule)
+    for automaton, rule_of, hay in (
+        (matcher.folded, matcher.folded_rule, fold(text) if matcher.folded else ""),
+        (matcher.exact, matcher.exact_rule, text),
+    ):
+        if automaton is None:
+            continue
+        found.clear()
+        automaton.scan(0, hay, 0, found)
+        for start, _, pid in found:
+            if first is None or (start, rule_of[pid]) < first:
+                first = (start, rule_of[pid])
+    for regex in matcher.regexes:
+        m = regex.pattern.search(text)
+        if m is not None and (first is None or (m.start(), regex.rule) < first):
+            first = (m.start(), regex.rule)
+    return None if first is None else matcher.rules[first[1]]
 
 
 @attrs.frozen

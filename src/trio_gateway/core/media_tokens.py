@@ -87,7 +87,7 @@ class Media:
     nbytes: int = 0
 
 
-def _data_url(url: str, default_type: str) -> tuple[str, str] | None:
+def data_url(url: str, default_type: str) -> tuple[str, str] | None:
     """A data URL (or bare base64) → (its type, its base64 payload); None for a plain URL."""
     if not url.startswith("data:"):
         return (default_type, url) if default_type else None
@@ -133,7 +133,7 @@ def _file(file: Mapping[str, Any]) -> Media:
     if not isinstance(data, str):
         return Media(kind="pdf")  # a file_id: nothing to read, the vendor's maximum
     # OpenAI's file parts hold PDFs, as a data URL or as bare base64.
-    found = _data_url(data, "application/pdf")
+    found = data_url(data, "application/pdf")
     if found is None:
         return Media(kind="pdf")
     mime, payload = found
@@ -158,7 +158,7 @@ def describe(part: object) -> Media | None:
     if kind == "image_url" and isinstance(image := part.get("image_url"), dict):
         url = image.get("url")
         detail = image.get("detail") if isinstance(image.get("detail"), str) else None
-        found = _data_url(url, "") if isinstance(url, str) else None
+        found = data_url(url, "") if isinstance(url, str) else None
         return _image(None if found is None else found[1], detail)
     if kind == "input_audio" and isinstance(audio := part.get("input_audio"), dict):
         data = audio.get("data")
