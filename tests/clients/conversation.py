@@ -8,8 +8,6 @@ gone back to the model."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.e2e.harness import script
 
 TOOL = "weather"
@@ -40,10 +38,4 @@ SECOND = script({"reasoning": "a second answer"}, {"text": "Hello again"})
 HELD_THOUGHT = "look up"
 HELD = script(
     {"reasoning": HELD_THOUGHT}, {"tool_call": {"name": TOOL, "arguments": {"city": CITY}}}
-)
-
-ITEM_3 = pytest.mark.xfail(
-    strict=True,
-    reason="issue 40 item 3: the output filter releases the held-back reasoning after the "
-    "tool_use block",
 )

@@ -27,7 +27,6 @@ from tests.clients.conversation import (
     FIRST,
     HELD,
     HELD_THOUGHT,
-    ITEM_3,
     OTHER_CITY,
     SECOND,
     THOUGHT,
@@ -247,7 +246,7 @@ def test_anthropic_tool_loop_with_thinking(ran: Any, name: str) -> None:
         }
 
 
-@pytest.mark.parametrize("name", [pytest.param(c["name"], marks=ITEM_3) for c in FILTERED])
+@pytest.mark.parametrize("name", [c["name"] for c in FILTERED])
 def test_a_filtered_alias_keeps_the_thinking_before_the_tool_call(ran: Any, name: str) -> None:
     result = judged(ran, name, "anthropic")
     [turn] = result["turns"]

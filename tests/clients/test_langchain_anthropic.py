@@ -26,7 +26,6 @@ from tests.clients.conversation import (
     CITY,
     HELD,
     HELD_THOUGHT,
-    ITEM_3,
     OTHER_CITY,
     THOUGHT,
     TOOL,
@@ -179,7 +178,6 @@ def test_two_calls_in_one_turn(stack: ClientStack, streamed: bool) -> None:
     assert results == [c["id"] for c in called.tool_calls]
 
 
-@ITEM_3
 @pytest.mark.parametrize("streamed", [False, True], ids=["invoke", "stream"])
 def test_a_filtered_alias_keeps_the_thinking_before_the_tool_call(
     stack: ClientStack, streamed: bool
