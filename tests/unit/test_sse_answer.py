@@ -13,7 +13,7 @@ from tests.unit.test_relay import bursts, router
 from tests.unit.test_relay import run as run_relay
 from trio_gateway.core.errors import InternalError, UpstreamTimeout
 from trio_gateway.core.events import ResponseDone, TextDelta
-from trio_gateway.dispatch.relay import CLIENT_STALL, Item
+from trio_gateway.dispatch.relay import CLIENT_STALL, ClientLeft, Item
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Message, SSEAnswer
 
@@ -57,10 +57,11 @@ async def test_through_hypercorn_the_head_then_each_batch_then_the_end() -> None
     sent = Sent()
     sink, answered = answer(sent)
     await sink.put([TextDelta("a"), TextDelta("b")])
-    await sink.put([ResponseDone("stop")])
     assert not answered.is_set()
-    await sink.end()
+    # The last event handed over: a client that closes now has its whole answer.
+    await sink.put([ResponseDone("stop")])
     assert answered.is_set()
+    await sink.end()
     start, *bodies = sent.messages
     assert start["status"] == 200
     assert (b"content-type", b"text/event-stream; charset=utf-8") in start["headers"]
@@ -122,6 +123,33 @@ async def test_direct_writes_carry_the_same_body_as_chunks_and_hypercorn_writes_
         for data in (b"data: a\n\ndata: b\n\n", b"data: done\n\n", b": bye\n\n")
     )
     assert answered.is_set()
+
+
+async def test_a_client_that_closes_once_it_has_the_last_event_ends_it_cleanly() -> None:
+    """The sync openai SDK closes on ``[DONE]``: the rest (the closing, the last chunk) finds
+    the connection reset, which is then no ``ClientLeft``; before the last event it is."""
+    for last in (True, False):
+        [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        async with listener:
+            client = socket.create_connection(listener.socket.getsockname())
+            server = await listener.accept()
+            async with server:
+                sent = Sent()
+                sink, answered = answer(sent, client=ClientSocket(server.socket, chunked=True))
+                await sink.put([TextDelta("a")])
+                if last:
+                    await sink.put([ResponseDone("stop")])
+                # Unread bytes in its buffer: the close is a reset, the next write fails.
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+                client.close()
+                try:
+                    await sink.end()
+                except ClientLeft:
+                    assert not last
+                else:
+                    assert last
+                assert answered.is_set() == last
+                assert len(sent.messages) == 1  # the end of the body was not sent
 
 
 async def test_the_watchdog_drops_a_client_whose_hypercorn_write_never_returns(
