@@ -6,6 +6,7 @@ the simulator's abort counter, or a fake upstream that reads the gateway's end."
 from __future__ import annotations
 
 import json
+import random
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,7 +27,9 @@ from tests.e2e.harness import (
 )
 from tests.e2e.test_cancellation import cancellations, wait_for_abort
 from tests.e2e.test_upstream_faults import CHUNK, FINISH, Send, data, fake_upstream
+from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.process.serve import GatewayHandle
+from trio_gateway.sim import SimHandle
 
 LONG = script({"text_tokens": 5000})
 MODES = [pytest.param(True, id="stream"), pytest.param(False, id="whole")]
@@ -38,6 +41,10 @@ def outcomes(gateway: GatewayHandle, outcome: str, code: str = "") -> float:
         {"alias": "agent-lite", "provider": _provider(gateway), "outcome": outcome, "code": code},
     )
     return float(value or 0.0)
+
+
+def one_sim(sim: SimHandle) -> GatewayConfig:
+    return gateway_config(provider_toml("sim-a", sim.base_url))
 
 
 def _provider(gateway: GatewayHandle) -> str:
@@ -72,7 +79,9 @@ async def read_until(sock: trio.socket.SocketType, marker: bytes) -> bytes:
 @pytest.mark.parametrize("stream", MODES)
 async def test_a_client_that_leaves_while_queued_never_reaches_the_upstream(stream: bool) -> None:
     async with running_sim() as sim:
-        provider = provider_toml("sim-a", sim.base_url, max_inflight=1, extra="queue_timeout_s = 30")
+        provider = provider_toml(
+            "sim-a", sim.base_url, max_inflight=1, extra="queue_timeout_s = 30"
+        )
         async with running_gateway(gateway_config(provider)) as gateway:
             upstream = gateway.router.upstreams["sim-a"]
             first = await send_request(gateway, chat(LONG, stream=True))
@@ -89,6 +98,65 @@ async def test_a_client_that_leaves_while_queued_never_reaches_the_upstream(stre
             await wait_until(lambda: upstream.statistics().in_flight == 0)
             assert sim.engine.stats().requests == 1  # the queued one never went upstream
             assert cancellations(gateway, "client_gone") == 2
+
+
+async def test_clients_that_reset_while_queued_are_seen_too() -> None:
+    """A client that closes with unread bytes (or ``SO_LINGER`` 0) resets the connection:
+    an error on the socket, not an end of its stream."""
+    async with running_sim() as sim:
+        provider = provider_toml(
+            "sim-a", sim.base_url, max_inflight=1, extra="queue_timeout_s = 30"
+        )
+        async with running_gateway(gateway_config(provider)) as gateway:
+            upstream = gateway.router.upstreams["sim-a"]
+            first = await send_request(gateway, chat(LONG, stream=True))
+            await wait_until(lambda: sim.engine.stats().running == 1)
+            queued = [await send_request(gateway, chat(LONG, stream=True)) for _ in range(3)]
+            await wait_until(lambda: upstream.statistics().waiting == 3)
+            for sock in queued:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+                sock.close()
+            await wait_until(lambda: cancellations(gateway, "client_gone") == 3, timeout_s=2)
+            assert upstream.statistics().waiting == 0
+            first.close()
+            await wait_for_abort(sim)
+            assert sim.engine.stats().requests == 1
+
+
+async def test_many_clients_leaving_at_random_moments_leave_nothing_running() -> None:
+    """A small soak: 40 clients on 4 slots, each leaving at a random moment of its request
+    (queued, dialing, waiting for the head, streaming). Afterwards nothing runs upstream for
+    nobody, and every request is recorded cancelled."""
+    rng = random.Random(7)
+    async with running_sim() as sim:
+        provider = provider_toml(
+            "sim-a", sim.base_url, max_inflight=4, extra="queue_timeout_s = 30"
+        )
+        async with running_gateway(gateway_config(provider)) as gateway:
+            upstream = gateway.router.upstreams["sim-a"]
+
+            async def leave_after(delay_s: float, stream: bool) -> None:
+                sock = await send_request(gateway, chat(LONG, stream=stream))
+                with trio.move_on_after(delay_s):
+                    while await sock.recv(65536):
+                        pass
+                sock.close()
+
+            async with trio.open_nursery() as nursery:
+                for i in range(40):
+                    nursery.start_soon(leave_after, rng.uniform(0.0, 0.4), i % 3 != 0)
+            await wait_until(
+                lambda: (
+                    upstream.statistics().in_flight == 0
+                    and upstream.statistics().waiting == 0
+                    and gateway.app.open_requests == 0
+                )
+            )
+            stats = sim.engine.stats()
+            assert (stats.running, stats.waiting) == (0, 0)
+            assert stats.aborts == stats.requests  # none ran to its end for nobody
+            assert stats.tokens_generated < 40 * 5000 // 10
+            assert cancellations(gateway, "client_gone") == 40
 
 
 @asynccontextmanager
@@ -122,7 +190,9 @@ async def unanswering_listener() -> AsyncIterator[tuple[str, trio.Event]]:
 @pytest.mark.parametrize("stream", MODES)
 async def test_a_client_that_leaves_while_the_gateway_dials_ends_the_dial(stream: bool) -> None:
     async with unanswering_listener() as (base_url, _):
-        provider = provider_toml("silent", base_url, api_key_env=None, extra="connect_timeout_s = 30")
+        provider = provider_toml(
+            "silent", base_url, api_key_env=None, extra="connect_timeout_s = 30"
+        )
         async with running_gateway(gateway_config(provider)) as gateway:
             upstream = gateway.router.upstreams["silent"]
             client = await send_request(gateway, chat("hello", stream=stream))
@@ -176,25 +246,23 @@ async def test_a_client_that_leaves_before_the_upstreams_head_closes_the_upstrea
 async def test_a_whole_answer_whose_client_leaves_while_it_is_generated_aborts() -> None:
     """The simulator sends a whole answer's head only when it is generated: the client leaves
     while the gateway waits for it."""
-    async with running_sim() as sim:
-        async with running_gateway(gateway_config(provider_toml("sim-a", sim.base_url))) as gateway:
-            client = await send_request(gateway, chat(LONG))
-            await wait_until(lambda: sim.engine.stats().running == 1)
-            client.close()
-            await wait_for_abort(sim)
-            assert sim.engine.stats().tokens_generated < 5000
-            await wait_until(lambda: cancellations(gateway, "client_gone") == 1)
+    async with running_sim() as sim, running_gateway(one_sim(sim)) as gateway:
+        client = await send_request(gateway, chat(LONG))
+        await wait_until(lambda: sim.engine.stats().running == 1)
+        client.close()
+        await wait_for_abort(sim)
+        assert sim.engine.stats().tokens_generated < 5000
+        await wait_until(lambda: cancellations(gateway, "client_gone") == 1)
 
 
 async def test_a_client_that_leaves_mid_stream_aborts_the_upstream() -> None:
-    async with running_sim() as sim:
-        async with running_gateway(gateway_config(provider_toml("sim-a", sim.base_url))) as gateway:
-            client = await send_request(gateway, chat(LONG, stream=True))
-            await read_until(client, b'"content"')
-            client.close()
-            await wait_for_abort(sim)
-            assert sim.engine.stats().tokens_generated < 5000
-            await wait_until(lambda: cancellations(gateway, "client_gone") == 1)
+    async with running_sim() as sim, running_gateway(one_sim(sim)) as gateway:
+        client = await send_request(gateway, chat(LONG, stream=True))
+        await read_until(client, b'"content"')
+        client.close()
+        await wait_for_abort(sim)
+        assert sim.engine.stats().tokens_generated < 5000
+        await wait_until(lambda: cancellations(gateway, "client_gone") == 1)
 
 
 async def test_a_client_that_closes_after_the_last_event_is_not_a_cancellation() -> None:

@@ -19,7 +19,7 @@ from trio_gateway.core.events_codec import is_terminal
 from trio_gateway.dispatch.relay import CLIENT_STALL, ClientLeft, DropConnection, Item, Outcome
 from trio_gateway.fronts.direct import ClientSocket, DirectBody
 from trio_gateway.fronts.openai_chunks import dumps
-from trio_gateway.http1.errors import H1Error
+from trio_gateway.http1.errors import H1Error, body_too_large
 from trio_gateway.ops.access import current as current_request
 
 Scope = MutableMapping[str, Any]
@@ -42,6 +42,10 @@ class ClientGone(Exception):
     """The client left before its request body arrived."""
 
 
+# The body limit as the gateway's config names it, for the 413's message.
+MAX_BODY_BYTES_KEY = "server.max_body_bytes"
+
+
 async def read_body(receive: Receive, limit: int) -> bytes:
     """The whole request body, refusing (413) as soon as it passes ``limit`` bytes. Where the
     HTTP/1.x server finds the body malformed or too slow, its error becomes the gateway's here."""
@@ -61,7 +65,7 @@ async def read_body(receive: Receive, limit: int) -> bytes:
         part = message.get("body", b"")
         size += len(part)
         if size > limit:
-            raise BodyTooLarge(f"request body is larger than the limit of {limit} bytes")
+            raise BodyTooLarge(body_too_large(MAX_BODY_BYTES_KEY, limit))
         parts.append(part)
         if not message.get("more_body", False):
             return b"".join(parts)

@@ -4,7 +4,6 @@ accepted at the limit, to be refused with a 503 instead of left waiting in the b
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -29,6 +28,13 @@ REFUSAL = (
     b"connection: close\r\n"
     b"content-length: " + str(len(_REFUSAL_BODY)).encode() + b"\r\n\r\n" + _REFUSAL_BODY
 )
+
+
+# The accept refusal's lingering close (refuse_one): its bounds, and the buffer it drops into.
+REFUSAL_LINGER_S = 1.0
+REFUSAL_LINGER_IDLE_S = 0.1
+REFUSAL_LINGER_BYTES = 64 << 20
+_DROPPED = bytearray(1 << 18)
 
 
 def note(where: str, exc: OSError) -> None:
@@ -71,10 +77,17 @@ class Reserve:
         self.release()
 
 
-def refuse_one(listening: socket.socket, reserve: Reserve) -> bool:
+async def refuse_one(listening: socket.socket, reserve: Reserve) -> bool:
     """At the limit: accept one waiting connection with the reserve's descriptor, answer it
-    503, close it, take the reserve back. False when that was not possible (no reserve, or
-    no connection waiting), and the caller should wait a moment instead."""
+    503, close it gently, take the reserve back. False when that was not possible (no
+    reserve, or no connection waiting), and the caller should wait a moment instead.
+
+    Gently: our end first, then what the client still sends is read and dropped until it
+    closes too, as the server's lingering close does (server.py, ``LINGER_S``): a client that
+    writes its whole body before it reads would otherwise find its writes failing on a reset
+    and never read its 503. Here for ``REFUSAL_LINGER_S`` at most, ``REFUSAL_LINGER_IDLE_S``
+    between reads: this is the process's one spare descriptor, and every other refusal waits
+    for it (a client that reads its answer and closes frees it within a round trip)."""
     if not reserve.release():
         return False
     try:
@@ -84,15 +97,31 @@ def refuse_one(listening: socket.socket, reserve: Reserve) -> bool:
             return False
         with conn:
             conn.setblocking(False)
-            # The request (or what of it came) is read first: closing a socket with unread
-            # bytes sends a reset, which may reach the client before the answer does.
-            with contextlib.suppress(OSError):
-                conn.recv(65536)
             try:
                 conn.send(REFUSAL)
                 conn.shutdown(socket.SHUT_WR)
             except OSError:
-                pass
+                return True
+            await _linger(conn)
         return True
     finally:
         reserve.restore()
+
+
+async def _linger(conn: socket.socket) -> None:
+    dropped = 0
+    with trio.move_on_after(REFUSAL_LINGER_S):
+        while dropped < REFUSAL_LINGER_BYTES:
+            with trio.move_on_after(REFUSAL_LINGER_IDLE_S) as idle:
+                await trio.lowlevel.wait_readable(conn)
+            if idle.cancelled_caught:
+                return
+            try:
+                read = conn.recv_into(_DROPPED)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+            if not read:
+                return
+            dropped += read

@@ -60,9 +60,19 @@ log = logging.getLogger("trio_gateway")
 READ_BYTES = 65536
 HANG_UP_EXTENSION = "trio_gateway.hang_ups"  # scope["extensions"]: the server's HangUps
 SOCKET_FD_EXTENSION = "trio_gateway.socket_fd"  # and the connection's descriptor, to watch
-# A closing connection's unread bytes are read and dropped for this long, or this many.
-LINGER_S = 2.0
-LINGER_BYTES = 1 << 20
+# A connection closed before its request was read whole (every refusal) lingers: what the
+# client still sends is read and dropped until it closes too, so that its bytes arriving at a
+# closed socket do not make the kernel reset the connection, which destroys the answer before
+# the client reads it (a client that writes its whole body before reading, most do, was told
+# nothing of its 413: BrokenPipeError). nginx's lingering_close: lingering_time 30 s,
+# lingering_timeout 5 s; and a bound on the bytes, and on the connections lingering at once
+# (past it a connection closes at once, as without lingering: lingering cannot hold more
+# descriptors than this).
+LINGER_S = 30.0
+LINGER_IDLE_S = 5.0
+LINGER_BYTES = 64 << 20
+MAX_LINGERING = 256
+_DROPPED = bytearray(4 * READ_BYTES)  # what lingering reads: one buffer, never kept
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 ASGI = {"version": "3.0", "spec_version": "2.3"}
 # The error code a refusal's body names, by its status.
@@ -101,6 +111,7 @@ class H1Server:
         body_timeout_s: float,
         write_timeout_s: float,
         max_body_bytes: int,
+        body_limit_name: str = "the limit",
         on_refused: OnRefused | None = None,
     ) -> None:
         self.app = app
@@ -111,7 +122,10 @@ class H1Server:
         self.body_timeout_s = body_timeout_s
         self.write_timeout_s = write_timeout_s
         self.max_body_bytes = max_body_bytes
+        self.body_limit_name = body_limit_name  # what a 413 calls max_body_bytes
         self.terminated = False
+        self.lingering = 0  # connections lingering now (at most MAX_LINGERING)
+        self.closed_unlingered = 0  # connections that found MAX_LINGERING reached
         self.hang_ups = HangUps()  # served by the caller: ``nursery.start(server.hang_ups.serve)``
         self._idle: set[trio.CancelScope] = set()
         self._date = b""
@@ -141,7 +155,9 @@ class _Connection:
         self.stream = stream
         self.sock = stream.socket
         self.buffer = b""  # read, not yet part of a request
-        self.parser = RequestParser(max_body_bytes=server.max_body_bytes)
+        self.parser = RequestParser(
+            max_body_bytes=server.max_body_bytes, limit_name=server.body_limit_name
+        )
         # The first head's deadline counts from here: a client that connects and sends nothing
         # (or one byte at a time) holds a connection for head_timeout_s at most.
         self.accepted_at = trio.current_time()
@@ -193,24 +209,40 @@ class _Connection:
             await trio.aclose_forcefully(self.stream)
 
     async def _linger(self) -> None:
-        """Close gently: what the client sent and nobody read (a body refused before it was
-        read, a pipelined request) would make the kernel answer the close with a reset, which
-        can destroy the answer just written before the client reads it. So: our end first, then
-        read and drop what comes, briefly, until the client closes too."""
+        """Close gently (``LINGER_S`` says why): our end first, then read and drop what comes
+        until the client closes too, for ``LINGER_S`` at most, ``LINGER_IDLE_S`` between
+        reads, ``LINGER_BYTES`` in all. A drain's end (:meth:`H1Server.terminate`) ends it."""
+        server = self.server
+        if server.lingering >= MAX_LINGERING:
+            server.closed_unlingered += 1
+            log.debug("%d lingering: %s closes at once", MAX_LINGERING, _peer(self.client))
+            return
         try:
             self.sock.shutdown(socket.SHUT_WR)
         except OSError:
             return
+        server.lingering += 1
         dropped = 0
-        with trio.move_on_after(LINGER_S):
-            while dropped < LINGER_BYTES:
-                try:
-                    data = await _read(self.sock)
-                except _Closed:
-                    return
-                if not data:
-                    return
-                dropped += len(data)
+        with trio.CancelScope(deadline=trio.current_time() + LINGER_S) as lingering:
+            server._idle.add(lingering)
+            try:
+                while dropped < LINGER_BYTES and not server.terminated:
+                    with trio.move_on_after(LINGER_IDLE_S) as idle:
+                        await trio.lowlevel.wait_readable(self.sock)
+                    if idle.cancelled_caught:
+                        return
+                    try:
+                        read = os.readv(self.sock.fileno(), [_DROPPED])
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        return  # reset: it is gone
+                    if not read:
+                        return  # it closed too: the answer was read, or never will be
+                    dropped += read
+            finally:
+                server._idle.discard(lingering)
+                server.lingering -= 1
 
     async def _read_head(self, first: bool) -> tuple[bytes, int] | None:
         """What was read (taken from ``self.buffer``) and where the next head in it ends; None
