@@ -16,7 +16,7 @@ from tests.e2e.harness import gateway_config, provider_toml, running_gateway
 from tests.e2e.test_auth import keys_toml
 from tests.e2e.test_h1_server import client, echo, serving
 from trio_gateway.core.keys import new_key
-from trio_gateway.http1 import server as h1_server
+from trio_gateway.http1 import linger
 from trio_gateway.http1.server import H1Server
 from trio_gateway.process.serve import GatewayHandle
 
@@ -144,7 +144,7 @@ REFUSED = b"POST /x HTTP/1.1\r\nHost: gw\r\nContent-Length: 5000\r\n\r\n"
 async def test_at_most_max_lingering_connections_linger_the_next_closes_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(h1_server, "MAX_LINGERING", 2)
+    monkeypatch.setattr(linger, "MAX_LINGERING", 2)
     async with (
         serving(echo, max_body_bytes=1000) as (server, port),
         client(port) as a,
@@ -185,7 +185,7 @@ async def test_lingering_ends_when_the_client_is_silent_or_writes_for_too_long(
 
             async def trickle() -> None:
                 while True:
-                    await trio.sleep(h1_server.LINGER_IDLE_S / 2)
+                    await trio.sleep(linger.SERVER_LINGER.idle_s / 2)
                     await trickling.send(b"x")
 
             nursery.start_soon(trickle)
@@ -193,5 +193,5 @@ async def test_lingering_ends_when_the_client_is_silent_or_writes_for_too_long(
             silent_ended = await lingering_reaches(server, 1) - started
             trickling_ended = await lingering_reaches(server, 0) - started
             nursery.cancel_scope.cancel()
-    assert silent_ended == pytest.approx(h1_server.LINGER_IDLE_S, abs=0.1)
-    assert trickling_ended == pytest.approx(h1_server.LINGER_S, abs=0.1)
+    assert silent_ended == pytest.approx(linger.SERVER_LINGER.idle_s, abs=0.1)
+    assert trickling_ended == pytest.approx(linger.SERVER_LINGER.total_s, abs=0.1)

@@ -13,6 +13,7 @@ import trio
 
 from trio_gateway.core.descriptors import LOG_INTERVAL_S, TALLY
 from trio_gateway.core.errors import DescriptorsExhausted
+from trio_gateway.http1.linger import ACCEPT_REFUSAL_LINGER, drop_until_closed
 
 log = logging.getLogger("trio_gateway.descriptors")
 
@@ -28,13 +29,6 @@ REFUSAL = (
     b"connection: close\r\n"
     b"content-length: " + str(len(_REFUSAL_BODY)).encode() + b"\r\n\r\n" + _REFUSAL_BODY
 )
-
-
-# The accept refusal's lingering close (refuse_one): its bounds, and the buffer it drops into.
-REFUSAL_LINGER_S = 1.0
-REFUSAL_LINGER_IDLE_S = 0.1
-REFUSAL_LINGER_BYTES = 64 << 20
-_DROPPED = bytearray(1 << 18)
 
 
 def note(where: str, exc: OSError) -> None:
@@ -82,12 +76,11 @@ async def refuse_one(listening: socket.socket, reserve: Reserve) -> bool:
     503, close it gently, take the reserve back. False when that was not possible (no
     reserve, or no connection waiting), and the caller should wait a moment instead.
 
-    Gently: our end first, then what the client still sends is read and dropped until it
-    closes too, as the server's lingering close does (server.py, ``LINGER_S``): a client that
-    writes its whole body before it reads would otherwise find its writes failing on a reset
-    and never read its 503. Here for ``REFUSAL_LINGER_S`` at most, ``REFUSAL_LINGER_IDLE_S``
-    between reads: this is the process's one spare descriptor, and every other refusal waits
-    for it (a client that reads its answer and closes frees it within a round trip)."""
+    Gently (``linger.py``): a client that writes its whole body before it reads would
+    otherwise find its writes failing on a reset and never read its 503. Within
+    ``ACCEPT_REFUSAL_LINGER``: this is the process's one spare descriptor, and every other
+    refusal waits for it (a client that reads its answer and closes frees it within a round
+    trip)."""
     if not reserve.release():
         return False
     try:
@@ -102,26 +95,7 @@ async def refuse_one(listening: socket.socket, reserve: Reserve) -> bool:
                 conn.shutdown(socket.SHUT_WR)
             except OSError:
                 return True
-            await _linger(conn)
+            await drop_until_closed(conn, ACCEPT_REFUSAL_LINGER)
         return True
     finally:
         reserve.restore()
-
-
-async def _linger(conn: socket.socket) -> None:
-    dropped = 0
-    with trio.move_on_after(REFUSAL_LINGER_S):
-        while dropped < REFUSAL_LINGER_BYTES:
-            with trio.move_on_after(REFUSAL_LINGER_IDLE_S) as idle:
-                await trio.lowlevel.wait_readable(conn)
-            if idle.cancelled_caught:
-                return
-            try:
-                read = conn.recv_into(_DROPPED)
-            except BlockingIOError:
-                continue
-            except OSError:
-                return
-            if not read:
-                return
-            dropped += read

@@ -13,7 +13,8 @@ first head must be whole within ``head_timeout_s`` of its accept, a later one wi
 ``keep_alive_timeout_s`` of idling plus ``head_timeout_s`` from its first byte, a body within
 ``body_timeout_s`` of the app's first read. A request the server refuses (its framing, its size,
 a deadline) is answered with its status (400, 408, 413, 431, 501, 505) where the client can
-still hear it, logged at debug level with the peer, and its connection closed.
+still hear it, logged at debug level with the peer, and its connection closed gently (the
+client's bytes still coming are read and dropped first, within bounds: ``linger.py``).
 
 What this server does not speak it hands on, with the bytes it read, to hypercorn's own
 connection handler: a WebSocket upgrade (the gateway's ``/v1/ws``), any other ``Upgrade`` (h2c),
@@ -44,6 +45,7 @@ from urllib.parse import unquote
 
 import trio
 
+from trio_gateway.http1 import linger
 from trio_gateway.http1.errors import H1Error
 from trio_gateway.http1.hang_ups import HangUps
 from trio_gateway.http1.heads import SentHead, encode_response_head, error_response
@@ -60,19 +62,6 @@ log = logging.getLogger("trio_gateway")
 READ_BYTES = 65536
 HANG_UP_EXTENSION = "trio_gateway.hang_ups"  # scope["extensions"]: the server's HangUps
 SOCKET_FD_EXTENSION = "trio_gateway.socket_fd"  # and the connection's descriptor, to watch
-# A connection closed before its request was read whole (every refusal) lingers: what the
-# client still sends is read and dropped until it closes too, so that its bytes arriving at a
-# closed socket do not make the kernel reset the connection, which destroys the answer before
-# the client reads it (a client that writes its whole body before reading, most do, was told
-# nothing of its 413: BrokenPipeError). nginx's lingering_close: lingering_time 30 s,
-# lingering_timeout 5 s; and a bound on the bytes, and on the connections lingering at once
-# (past it a connection closes at once, as without lingering: lingering cannot hold more
-# descriptors than this).
-LINGER_S = 30.0
-LINGER_IDLE_S = 5.0
-LINGER_BYTES = 64 << 20
-MAX_LINGERING = 256
-_DROPPED = bytearray(4 * READ_BYTES)  # what lingering reads: one buffer, never kept
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 ASGI = {"version": "3.0", "spec_version": "2.3"}
 # The error code a refusal's body names, by its status.
@@ -124,8 +113,8 @@ class H1Server:
         self.max_body_bytes = max_body_bytes
         self.body_limit_name = body_limit_name  # what a 413 calls max_body_bytes
         self.terminated = False
-        self.lingering = 0  # connections lingering now (at most MAX_LINGERING)
-        self.closed_unlingered = 0  # connections that found MAX_LINGERING reached
+        self.lingering = 0  # connections lingering now (linger.MAX_LINGERING at most)
+        self.closed_unlingered = 0  # connections that found that many lingering
         self.hang_ups = HangUps()  # served by the caller: ``nursery.start(server.hang_ups.serve)``
         self._idle: set[trio.CancelScope] = set()
         self._date = b""
@@ -209,37 +198,23 @@ class _Connection:
             await trio.aclose_forcefully(self.stream)
 
     async def _linger(self) -> None:
-        """Close gently (``LINGER_S`` says why): our end first, then read and drop what comes
-        until the client closes too, for ``LINGER_S`` at most, ``LINGER_IDLE_S`` between
-        reads, ``LINGER_BYTES`` in all. A drain's end (:meth:`H1Server.terminate`) ends it."""
+        """Close gently (``http1/linger.py``); a drain's end (:meth:`H1Server.terminate`) ends
+        it. Past ``MAX_LINGERING`` connections lingering, at once."""
         server = self.server
-        if server.lingering >= MAX_LINGERING:
+        if server.lingering >= linger.MAX_LINGERING:
             server.closed_unlingered += 1
-            log.debug("%d lingering: %s closes at once", MAX_LINGERING, _peer(self.client))
+            log.debug("%d lingering: %s closes at once", server.lingering, _peer(self.client))
             return
         try:
             self.sock.shutdown(socket.SHUT_WR)
         except OSError:
             return
         server.lingering += 1
-        dropped = 0
-        with trio.CancelScope(deadline=trio.current_time() + LINGER_S) as lingering:
+        with trio.CancelScope() as lingering:
             server._idle.add(lingering)
             try:
-                while dropped < LINGER_BYTES and not server.terminated:
-                    with trio.move_on_after(LINGER_IDLE_S) as idle:
-                        await trio.lowlevel.wait_readable(self.sock)
-                    if idle.cancelled_caught:
-                        return
-                    try:
-                        read = os.readv(self.sock.fileno(), [_DROPPED])
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        return  # reset: it is gone
-                    if not read:
-                        return  # it closed too: the answer was read, or never will be
-                    dropped += read
+                if not server.terminated:
+                    await linger.drop_until_closed(self.sock, linger.SERVER_LINGER)
             finally:
                 server._idle.discard(lingering)
                 server.lingering -= 1
