@@ -241,6 +241,9 @@ async def test_a_client_that_leaves_before_the_upstreams_head_closes_the_upstrea
             with trio.fail_after(2):
                 await closed.wait()
             await wait_until(lambda: cancellations(gateway, "client_gone") == 1)
+            # The exchange ended by the hang-up is no failure of the provider's.
+            health = gateway.router.health["silent"]
+            assert health.snapshot(trio.current_time()).consecutive_failures == 0
 
 
 async def test_a_whole_answer_whose_client_leaves_while_it_is_generated_aborts() -> None:
