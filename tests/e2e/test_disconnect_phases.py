@@ -26,12 +26,13 @@ from tests.e2e.harness import (
     wait_until,
 )
 from tests.e2e.test_cancellation import cancellations, wait_for_abort
-from tests.e2e.test_upstream_faults import CHUNK, FINISH, Send, data, fake_upstream
+from tests.e2e.test_upstream_faults import fake_upstream, linger_after_done
 from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.process.serve import GatewayHandle
 from trio_gateway.sim import SimHandle
 
 LONG = script({"text_tokens": 5000})
+QUEUE_30_S = "queue_timeout_s = 30"  # waits at the gate, never spills
 MODES = [pytest.param(True, id="stream"), pytest.param(False, id="whole")]
 
 
@@ -76,51 +77,34 @@ async def read_until(sock: trio.socket.SocketType, marker: bytes) -> bytes:
     return got
 
 
+@pytest.mark.parametrize("reset", [False, True], ids=["closed", "reset"])
 @pytest.mark.parametrize("stream", MODES)
-async def test_a_client_that_leaves_while_queued_never_reaches_the_upstream(stream: bool) -> None:
+async def test_clients_that_leave_while_queued_never_reach_the_upstream(
+    stream: bool, reset: bool
+) -> None:
+    """Three clients wait for the one slot; they leave, each closing its connection or (with
+    unread bytes, or ``SO_LINGER`` 0) resetting it: an error on the socket, not an end."""
     async with running_sim() as sim:
-        provider = provider_toml(
-            "sim-a", sim.base_url, max_inflight=1, extra="queue_timeout_s = 30"
-        )
+        provider = provider_toml("sim-a", sim.base_url, max_inflight=1, extra=QUEUE_30_S)
         async with running_gateway(gateway_config(provider)) as gateway:
             upstream = gateway.router.upstreams["sim-a"]
             first = await send_request(gateway, chat(LONG, stream=True))
             await wait_until(lambda: sim.engine.stats().running == 1)
-            queued = await send_request(gateway, chat(LONG, stream=stream))
-            await wait_until(lambda: upstream.statistics().waiting == 1)
-            queued.close()
-            # Seen while it waits, not when a slot frees: the first answer is still running.
-            await wait_until(lambda: cancellations(gateway, "client_gone") == 1, timeout_s=2)
+            queued = [await send_request(gateway, chat(LONG, stream=stream)) for _ in range(3)]
+            await wait_until(lambda: upstream.statistics().waiting == 3)
+            for sock in queued:
+                if reset:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+                sock.close()
+            # Seen while they wait, not when a slot frees: the first answer is still running.
+            await wait_until(lambda: cancellations(gateway, "client_gone") == 3, timeout_s=2)
             assert upstream.statistics().waiting == 0
             assert sim.engine.stats().running == 1
             first.close()
             await wait_for_abort(sim)
             await wait_until(lambda: upstream.statistics().in_flight == 0)
-            assert sim.engine.stats().requests == 1  # the queued one never went upstream
-            assert cancellations(gateway, "client_gone") == 2
-
-
-async def test_clients_that_reset_while_queued_are_seen_too() -> None:
-    """A client that closes with unread bytes (or ``SO_LINGER`` 0) resets the connection:
-    an error on the socket, not an end of its stream."""
-    async with running_sim() as sim:
-        provider = provider_toml(
-            "sim-a", sim.base_url, max_inflight=1, extra="queue_timeout_s = 30"
-        )
-        async with running_gateway(gateway_config(provider)) as gateway:
-            upstream = gateway.router.upstreams["sim-a"]
-            first = await send_request(gateway, chat(LONG, stream=True))
-            await wait_until(lambda: sim.engine.stats().running == 1)
-            queued = [await send_request(gateway, chat(LONG, stream=True)) for _ in range(3)]
-            await wait_until(lambda: upstream.statistics().waiting == 3)
-            for sock in queued:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
-                sock.close()
-            await wait_until(lambda: cancellations(gateway, "client_gone") == 3, timeout_s=2)
-            assert upstream.statistics().waiting == 0
-            first.close()
-            await wait_for_abort(sim)
-            assert sim.engine.stats().requests == 1
+            assert sim.engine.stats().requests == 1  # the queued ones never went upstream
+            assert cancellations(gateway, "client_gone") == 4
 
 
 async def test_many_clients_leaving_at_random_moments_leave_nothing_running() -> None:
@@ -129,9 +113,7 @@ async def test_many_clients_leaving_at_random_moments_leave_nothing_running() ->
     nobody, and every request is recorded cancelled."""
     rng = random.Random(7)
     async with running_sim() as sim:
-        provider = provider_toml(
-            "sim-a", sim.base_url, max_inflight=4, extra="queue_timeout_s = 30"
-        )
+        provider = provider_toml("sim-a", sim.base_url, max_inflight=4, extra=QUEUE_30_S)
         async with running_gateway(gateway_config(provider)) as gateway:
             upstream = gateway.router.upstreams["sim-a"]
 
@@ -273,13 +255,7 @@ async def test_a_client_that_closes_after_the_last_event_is_not_a_cancellation()
     body's last chunk; the gateway meanwhile reads the upstream's own end (here an upstream
     that lingers after its ``[DONE]``). The client has its whole answer: completed."""
 
-    async def linger(send: Send) -> None:
-        await send({"type": "http.response.body", "body": data(CHUNK), "more_body": True})
-        await send({"type": "http.response.body", "body": data(FINISH), "more_body": True})
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
-        await trio.sleep_forever()
-
-    async with fake_upstream(linger) as base_url:
+    async with fake_upstream(linger_after_done) as base_url:
         config = gateway_config(provider_toml("fake", base_url, api_key_env=None))
         async with running_gateway(config) as gateway:
             client = await send_request(gateway, chat("hello", stream=True))
