@@ -592,19 +592,3 @@ async def test_the_response_being_read_can_be_aborted_from_the_context_and_only_
         await shell(handler).stream_chat(chat(), emit)
     assert during and all(getattr(a, "__name__", None) == "abort" for a in during)
     assert context.abort_upstream is None  # the response is closed: nothing to abort
-
-
-async def test_the_request_can_be_aborted_from_the_context_while_its_head_is_awaited() -> None:
-    """A client that leaves while vLLM queues or generates a whole answer: the hang-up watch
-    ends the exchange at once through the context, as it does once the head came."""
-    context = RequestContext(request_id="r", route="POST /v1/chat/completions", trace=new_trace())
-    while_waiting: list[object] = []
-
-    async def handler(request: httpx.Request) -> httpx.Response:
-        while_waiting.append(context.abort_upstream)
-        return httpx.Response(200, json=COMPLETION)
-
-    with request_context(context):
-        await collect(shell(handler))
-    assert while_waiting and callable(while_waiting[0])
-    assert context.abort_upstream is None
