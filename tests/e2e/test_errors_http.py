@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -60,8 +61,26 @@ async def test_body_over_the_limit_is_413(stack: Stack) -> None:
     big = "x" * (4 * 1024 * 1024 + 10)
     response = await post(stack, json=chat(big))
     assert response.status_code == 413
-    assert error_of(response)["code"] == "body_too_large"
+    error = error_of(response)
+    assert error["code"] == "body_too_large"
+    length = len(response.request.content)
+    assert error["message"] == (
+        f"request body of {length} bytes is larger than server.max_body_bytes (4194304 bytes)"
+    )
     assert stack.sim.engine.stats().requests == 0
+
+
+async def test_a_chunked_body_over_the_limit_is_413_naming_the_setting(stack: Stack) -> None:
+    async def pieces() -> AsyncIterator[bytes]:
+        for _ in range(5):
+            yield b" " * (1024 * 1024)
+
+    async with httpx.AsyncClient() as client:
+        response = await client.post(stack.v1 + "/chat/completions", content=pieces())
+    assert response.status_code == 413
+    assert error_of(response)["message"] == (
+        "request body is larger than server.max_body_bytes (4194304 bytes)"
+    )
 
 
 async def test_missing_capability_is_400_and_nothing_goes_upstream(stack: Stack) -> None:

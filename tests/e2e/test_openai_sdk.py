@@ -10,7 +10,7 @@ import pytest
 import trio
 from openai import AsyncOpenAI, OpenAI
 
-from tests.e2e.harness import Stack, script
+from tests.e2e.harness import Stack, script, wait_until
 
 TOOLS: Any = [
     {
@@ -125,3 +125,35 @@ async def test_sync_sdk(stack: Stack) -> None:
     result = await trio.to_thread.run_sync(sync_session, stack.v1)
     assert result["whole"] == "plain answer"
     assert json.loads(result["args"]) == {"city": "Paris"}
+
+
+def readme_streams(base_url: str, count: int) -> int:
+    """The README's snippet, ``count`` times: each stream read to its end. Returns how many
+    ended with a finish_reason."""
+    client = OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    finished = 0
+    for _ in range(count):
+        finish = None
+        for chunk in client.chat.completions.create(
+            model="agent-lite", messages=user(script({"text": "Hello there."})), stream=True
+        ):
+            if chunk.choices and chunk.choices[0].finish_reason:
+                finish = chunk.choices[0].finish_reason
+        finished += finish is not None
+    client.close()
+    return finished
+
+
+async def test_streams_the_sync_sdk_reads_to_the_end_are_recorded_completed(stack: Stack) -> None:
+    """The sync SDK closes its connection on ``[DONE]`` without reading the body's last chunk:
+    that close is no cancellation (it was one for 3 to 30 of 100 before)."""
+    finished = await trio.to_thread.run_sync(readme_streams, stack.v1, 100)
+    assert finished == 100
+    await wait_until(lambda: stack.gateway.app.open_requests == 0)
+    registry = stack.gateway.router.metrics.registry
+    cancelled = registry.get_sample_value("gateway_cancellations_total", {"cause": "client_gone"})
+    completed = registry.get_sample_value(
+        "gateway_requests_total",
+        {"alias": "agent-lite", "provider": "sim-a", "outcome": "ok", "code": ""},
+    )
+    assert (cancelled or 0.0, completed) == (0.0, 100.0)

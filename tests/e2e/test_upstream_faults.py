@@ -70,14 +70,16 @@ async def ask(upstream: str, **fields: Any) -> httpx.Response:
         return await client.post(gateway.base_url + "/v1/chat/completions", json=chat(**fields))
 
 
-async def test_an_upstream_that_lingers_after_done_does_not_hold_the_client() -> None:
-    async def linger(send: Send) -> None:
-        await send({"type": "http.response.body", "body": data(CHUNK), "more_body": True})
-        await send({"type": "http.response.body", "body": data(FINISH), "more_body": True})
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
-        await trio.sleep_forever()
+async def linger_after_done(send: Send) -> None:
+    """A whole answer, ``[DONE]`` included, and then neither the body's end nor a close."""
+    await send({"type": "http.response.body", "body": data(CHUNK), "more_body": True})
+    await send({"type": "http.response.body", "body": data(FINISH), "more_body": True})
+    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+    await trio.sleep_forever()
 
-    async with fake_upstream(linger) as upstream:
+
+async def test_an_upstream_that_lingers_after_done_does_not_hold_the_client() -> None:
+    async with fake_upstream(linger_after_done) as upstream:
         started = trio.current_time()
         response = await ask(upstream, stream=True)
         took = trio.current_time() - started

@@ -8,6 +8,7 @@ import errno
 import json
 import logging
 import resource
+import socket
 from typing import Any
 
 import h11
@@ -22,7 +23,7 @@ from trio_gateway.config.load import parse_config
 from trio_gateway.core.descriptors import LOG_INTERVAL_S, DescriptorTally, is_exhaustion
 from trio_gateway.core.errors import DescriptorsExhausted
 from trio_gateway.http1 import dial
-from trio_gateway.http1.exhaustion import REFUSAL
+from trio_gateway.http1.exhaustion import REFUSAL, Reserve, refuse_one
 from trio_gateway.process import descriptors
 
 
@@ -156,3 +157,31 @@ def test_the_soft_limit_is_raised_to_the_hard_one_and_a_short_one_is_said(
     assert bool(said) is warns, said
     if warns:
         assert "(200 streams x 2 descriptors + 64 = 464)" in said[0]
+
+
+async def test_the_accept_refusal_is_read_by_a_client_that_writes_its_body_first() -> None:
+    """At the limit too, a client that writes its whole body before it reads gets its 503,
+    not a reset in the middle of its writes (issue 39.8)."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        body = 8 << 20
+        client = trio.socket.socket()
+        await client.connect(listening.getsockname())
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: %d\r\n\r\n"
+        answer = b""
+
+        async def write_then_read() -> None:
+            nonlocal answer
+            with client:
+                await client.send(head % body)
+                sent, piece = 0, b"x" * 65536
+                while sent < body:
+                    sent += await client.send(piece)
+                while data := await client.recv(65536):
+                    answer += data
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write_then_read)
+            assert await refuse_one(listening, Reserve())
+    assert answer == REFUSAL

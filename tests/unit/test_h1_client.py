@@ -454,3 +454,36 @@ async def test_expiry_closes_every_idle_connection_of_every_origin_and_counts_th
         assert client.idle_count() == 4
         assert client.close_expired() == 4
         assert client.idle_count() == 0
+
+
+async def test_an_exchange_waiting_for_its_head_can_be_aborted_from_outside() -> None:
+    """Before its head comes (vLLM queueing the request, or generating a whole answer), the
+    exchange can be ended from outside the task waiting for it: the server reads the end at
+    once, not when that task gets its turn (a busy loop's)."""
+    saw_end = trio.Event()
+
+    async def listen(stream: trio.SocketStream, _: int) -> None:
+        await read_request(stream)
+        assert await stream.receive_some(10) == b""
+        saw_end.set()
+
+    async with server(listen) as (url, _):
+        client = pool()
+        aborts: list[Callable[[], None]] = []
+        lost: list[UpstreamProtocolError] = []
+
+        async def ask() -> None:
+            try:
+                await client.post(url, {}, b"{}", on_sending=aborts.append)
+            except UpstreamProtocolError as exc:
+                lost.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ask)
+            with trio.fail_after(5):
+                while not aborts:  # noqa: ASYNC110 - the hook is a plain call
+                    await trio.sleep(0.01)
+                aborts[0]()
+                await saw_end.wait()
+        assert len(lost) == 1  # the exchange's own task found it over, when it ran
+        assert client.idle_count() == 0

@@ -210,7 +210,7 @@ POST = b"POST / HTTP/1.1\r\nHost: gw\r\n"
         (
             POST + b"Content-Length: 1001\r\n\r\n",
             413,
-            "a request body of 1001 bytes is larger than the limit of 1000",
+            "request body of 1001 bytes is larger than the limit (1000 bytes)",
         ),
         (GET, 400, "malformed request: the head did not end at its blank line"),
         (GET + b"\r\n" + GET + b"\r\n", 400, "the request's framing is ambiguous"),

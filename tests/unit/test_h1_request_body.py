@@ -90,7 +90,7 @@ def test_a_chunked_body_may_reach_the_limit_but_not_pass_it() -> None:
         parser.body(over[at - 1 : at])
     assert (caught.value.status, caught.value.message) == (
         413,
-        f"a request body larger than {LIMIT} bytes",
+        f"request body is larger than the limit ({LIMIT} bytes)",
     )
 
 

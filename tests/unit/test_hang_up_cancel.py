@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import attrs
+import httpx
 import trio
 
+from tests.unit.test_mut_upstream import COMPLETION, collect, shell
 from trio_gateway.dispatch.relay import CLIENT_GONE, Outcome
 from trio_gateway.fronts.chat import HangUpCancel
 from trio_gateway.http1.hang_ups import HangUps
@@ -75,3 +77,19 @@ async def test_an_earlier_cause_is_kept_and_no_upstream_is_no_matter() -> None:
         s.watch()
         assert s.scope.cancel_called
         assert s.outcome.cancelled == "client_stall"
+
+
+async def test_the_request_can_be_aborted_from_the_context_while_its_head_is_awaited() -> None:
+    """A client that leaves while vLLM queues or generates a whole answer: the hang-up watch
+    ends the exchange at once through the context, as it does once the head came."""
+    context = RequestContext(request_id="r", route="POST /v1/chat/completions", trace=new_trace())
+    while_waiting: list[object] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        while_waiting.append(context.abort_upstream)
+        return httpx.Response(200, json=COMPLETION)
+
+    with request_context(context):
+        await collect(shell(handler))
+    assert while_waiting and callable(while_waiting[0])
+    assert context.abort_upstream is None

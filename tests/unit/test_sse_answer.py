@@ -4,6 +4,8 @@ to the socket itself, and the watchdog that drops a client whose hypercorn write
 from __future__ import annotations
 
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -13,7 +15,7 @@ from tests.unit.test_relay import bursts, router
 from tests.unit.test_relay import run as run_relay
 from trio_gateway.core.errors import InternalError, UpstreamTimeout
 from trio_gateway.core.events import ResponseDone, TextDelta
-from trio_gateway.dispatch.relay import CLIENT_STALL, Item
+from trio_gateway.dispatch.relay import CLIENT_STALL, ClientLeft, Item
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Message, SSEAnswer
 
@@ -57,10 +59,11 @@ async def test_through_hypercorn_the_head_then_each_batch_then_the_end() -> None
     sent = Sent()
     sink, answered = answer(sent)
     await sink.put([TextDelta("a"), TextDelta("b")])
-    await sink.put([ResponseDone("stop")])
     assert not answered.is_set()
-    await sink.end()
+    # The last event handed over: a client that closes now has its whole answer.
+    await sink.put([ResponseDone("stop")])
     assert answered.is_set()
+    await sink.end()
     start, *bodies = sent.messages
     assert start["status"] == 200
     assert (b"content-type", b"text/event-stream; charset=utf-8") in start["headers"]
@@ -93,7 +96,10 @@ async def test_an_answer_that_never_began_ends_as_an_internal_error() -> None:
     assert b"the answer ended before it began" in sent.messages[1]["body"]
 
 
-async def test_direct_writes_carry_the_same_body_as_chunks_and_hypercorn_writes_the_end() -> None:
+@asynccontextmanager
+async def direct_answer() -> AsyncIterator[tuple[socket.socket, SSEAnswer, trio.Event, Sent]]:
+    """An answer written to a real connection: (its client's end, the sink, answered, what went
+    through ``send``)."""
     [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
     async with listener:
         client = socket.create_connection(listener.socket.getsockname())
@@ -101,18 +107,23 @@ async def test_direct_writes_carry_the_same_body_as_chunks_and_hypercorn_writes_
         async with server:
             sent = Sent()
             sink, answered = answer(sent, client=ClientSocket(server.socket, chunked=True))
-            await sink.put([TextDelta("a"), TextDelta("b")])
-            await sink.put([ResponseDone("stop")])
-            await sink.end()
-            wire = b""
-            client.setblocking(False)
-            with trio.move_on_after(1):
-                while len(wire) < 55:
-                    try:
-                        wire += client.recv(4096)
-                    except BlockingIOError:
-                        await trio.sleep(0.01)
-            client.close()
+            with client:
+                yield client, sink, answered, sent
+
+
+async def test_direct_writes_carry_the_same_body_as_chunks_and_hypercorn_writes_the_end() -> None:
+    async with direct_answer() as (client, sink, answered, sent):
+        await sink.put([TextDelta("a"), TextDelta("b")])
+        await sink.put([ResponseDone("stop")])
+        await sink.end()
+        wire = b""
+        client.setblocking(False)
+        with trio.move_on_after(1):
+            while len(wire) < 55:
+                try:
+                    wire += client.recv(4096)
+                except BlockingIOError:
+                    await trio.sleep(0.01)
     # Only the head and the end went through hypercorn; the body went to the socket, framed.
     start, end = sent.messages
     assert start["type"] == "http.response.start"
@@ -122,6 +133,27 @@ async def test_direct_writes_carry_the_same_body_as_chunks_and_hypercorn_writes_
         for data in (b"data: a\n\ndata: b\n\n", b"data: done\n\n", b": bye\n\n")
     )
     assert answered.is_set()
+
+
+async def test_a_client_that_closes_once_it_has_the_last_event_ends_it_cleanly() -> None:
+    """The sync openai SDK closes on ``[DONE]``: the rest (the closing, the last chunk) finds
+    the connection reset, which is then no ``ClientLeft``; before the last event it is."""
+    for last in (True, False):
+        async with direct_answer() as (client, sink, answered, sent):
+            await sink.put([TextDelta("a")])
+            if last:
+                await sink.put([ResponseDone("stop")])
+            # Unread bytes in its buffer: the close is a reset, the next write fails.
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+            client.close()
+            try:
+                await sink.end()
+            except ClientLeft:
+                assert not last
+            else:
+                assert last
+            assert answered.is_set() == last
+            assert len(sent.messages) == 1  # the end of the body was not sent
 
 
 async def test_the_watchdog_drops_a_client_whose_hypercorn_write_never_returns(

@@ -24,6 +24,7 @@ import select
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import NoReturn
 from urllib.parse import urlsplit
 
@@ -110,6 +111,15 @@ def _readable(stream: trio.abc.Stream) -> bool:
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     return bool(poller.poll(0))
+
+
+def _shut_down(stream: trio.abc.Stream) -> None:
+    """Both ways shut, from outside the task using ``stream``: its server reads the end at
+    once, and that task's next read or write fails (its close stays that task's)."""
+    sock = _socket_of(stream)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 async def _close(stream: trio.abc.Stream) -> None:
@@ -260,9 +270,19 @@ class H1Pool:
             raise UpstreamUnreachable(f"{name}: connect timed out", provider=name)
         return stream
 
-    async def post(self, url: str, headers: dict[str, str], body: bytes) -> H1Response:
+    async def post(
+        self,
+        url: str,
+        headers: dict[str, str],
+        body: bytes,
+        on_sending: Callable[[Callable[[], None]], object] | None = None,
+    ) -> H1Response:
         """Send the request and read the response head; the caller bounds the whole with its
-        own deadline (the first-token deadline) and must ``aclose`` the response."""
+        own deadline (the first-token deadline) and must ``aclose`` the response.
+
+        ``on_sending`` is given, as the request goes out on a connection, a way to end that
+        exchange from outside the task waiting for its head (both ways shut: the server reads
+        the end at once), as :meth:`H1Response.abort` does once the head came."""
         origin, target, host = split_url(url)
         name = self.provider
         try:
@@ -280,20 +300,28 @@ class H1Pool:
             raise UpstreamProtocolError(f"{self.provider}: {exc}", provider=self.provider) from None
         stream = self._take_idle(origin)
         if stream is not None:
-            response = await self._exchange(origin, stream, payload, reused=True)
+            response = await self._exchange(origin, stream, payload, True, on_sending)
             if response is not None:
                 return response
-        response = await self._exchange(origin, await self._dial(origin), payload, reused=False)
+        stream = await self._dial(origin)
+        response = await self._exchange(origin, stream, payload, False, on_sending)
         assert response is not None
         return response
 
     async def _exchange(
-        self, origin: Origin, stream: trio.abc.Stream, payload: bytes, *, reused: bool
+        self,
+        origin: Origin,
+        stream: trio.abc.Stream,
+        payload: bytes,
+        reused: bool,
+        on_sending: Callable[[Callable[[], None]], object] | None,
     ) -> H1Response | None:
         """None: a reused connection failed before any response byte (send again, anew)."""
         name = self.provider
         parser = ResponseParser()
         got_bytes = False
+        if on_sending is not None:
+            on_sending(partial(_shut_down, stream))
         try:
             with trio.move_on_after(self.write_timeout_s) as late:
                 await stream.send_all(payload)
@@ -394,10 +422,8 @@ class H1Response:
         of the connection), from outside the task reading it: nothing waits. The connection is
         never reused; :meth:`aclose` still closes it."""
         self._aborted = True
-        sock = _socket_of(self._stream) if self._stream is not None else None
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
+        if self._stream is not None:
+            _shut_down(self._stream)
 
     @property
     def headers(self) -> httpx.Headers:

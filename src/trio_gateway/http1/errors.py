@@ -13,3 +13,10 @@ class H1Error(Exception):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+def body_too_large(limit_name: str, limit_bytes: int, size_bytes: int | None = None) -> str:
+    """A 413's message: the limit by the name its operator sets it under (the gateway's
+    ``server.max_body_bytes``), and its value."""
+    what = "request body" if size_bytes is None else f"request body of {size_bytes} bytes"
+    return f"{what} is larger than {limit_name} ({limit_bytes} bytes)"

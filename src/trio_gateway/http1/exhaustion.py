@@ -4,7 +4,6 @@ accepted at the limit, to be refused with a 503 instead of left waiting in the b
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -14,6 +13,7 @@ import trio
 
 from trio_gateway.core.descriptors import LOG_INTERVAL_S, TALLY
 from trio_gateway.core.errors import DescriptorsExhausted
+from trio_gateway.http1.linger import ACCEPT_REFUSAL_LINGER, drop_until_closed
 
 log = logging.getLogger("trio_gateway.descriptors")
 
@@ -71,10 +71,16 @@ class Reserve:
         self.release()
 
 
-def refuse_one(listening: socket.socket, reserve: Reserve) -> bool:
+async def refuse_one(listening: socket.socket, reserve: Reserve) -> bool:
     """At the limit: accept one waiting connection with the reserve's descriptor, answer it
-    503, close it, take the reserve back. False when that was not possible (no reserve, or
-    no connection waiting), and the caller should wait a moment instead."""
+    503, close it gently, take the reserve back. False when that was not possible (no
+    reserve, or no connection waiting), and the caller should wait a moment instead.
+
+    Gently (``linger.py``): a client that writes its whole body before it reads would
+    otherwise find its writes failing on a reset and never read its 503. Within
+    ``ACCEPT_REFUSAL_LINGER``: this is the process's one spare descriptor, and every other
+    refusal waits for it (a client that reads its answer and closes frees it within a round
+    trip)."""
     if not reserve.release():
         return False
     try:
@@ -84,15 +90,12 @@ def refuse_one(listening: socket.socket, reserve: Reserve) -> bool:
             return False
         with conn:
             conn.setblocking(False)
-            # The request (or what of it came) is read first: closing a socket with unread
-            # bytes sends a reset, which may reach the client before the answer does.
-            with contextlib.suppress(OSError):
-                conn.recv(65536)
             try:
                 conn.send(REFUSAL)
                 conn.shutdown(socket.SHUT_WR)
             except OSError:
-                pass
+                return True
+            await drop_until_closed(conn, ACCEPT_REFUSAL_LINGER)
         return True
     finally:
         reserve.restore()

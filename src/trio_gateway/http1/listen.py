@@ -115,7 +115,7 @@ class _RecordingListener(trio.abc.Listener[trio.SocketStream]):
                 if not is_exhaustion(exc):
                     raise
                 note("accept", exc)
-                if not refuse_one(self._sock, self._reserve):
+                if not await refuse_one(self._sock, self._reserve):
                     await trio.sleep(EXHAUSTED_ACCEPT_PAUSE_S)
                 continue
             self._connections.add(stream)
@@ -153,6 +153,7 @@ async def serve_asgi(
     head_timeout_s: float,
     body_timeout_s: float,
     max_body_bytes: int,
+    body_limit_name: str = "the limit",
     on_refused: OnRefused | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -171,6 +172,7 @@ async def serve_asgi(
         body_timeout_s=body_timeout_s,
         write_timeout_s=write_timeout_s,
         max_body_bytes=max_body_bytes,
+        body_limit_name=body_limit_name,
         on_refused=on_refused,
     )
     listeners = []

@@ -31,7 +31,7 @@ import httptools
 
 from trio_gateway.http1.callbacks import Forward
 from trio_gateway.http1.chunks import ChunkFramer
-from trio_gateway.http1.errors import H1Error
+from trio_gateway.http1.errors import H1Error, body_too_large
 
 MAX_HEAD_BYTES = 64 * 1024  # nginx's large_client_header_buffers, 4 x 8 KiB, is less
 MAX_HEADERS = 256
@@ -71,8 +71,9 @@ class RequestParser:
     After any :class:`H1Error` the parser is spent (so is the connection). llhttp's own parser
     lives from a head to its request's end: not held through the answer (thousands at once)."""
 
-    def __init__(self, *, max_body_bytes: int) -> None:
+    def __init__(self, *, max_body_bytes: int, limit_name: str = "the limit") -> None:
         self.max_body_bytes = max_body_bytes
+        self.limit_name = limit_name  # what a 413 calls the limit
         self._parser: httptools.HttpRequestParser | None = None
         self._reset()
 
@@ -115,7 +116,7 @@ class RequestParser:
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
         if self._body_bytes > self.max_body_bytes:
-            raise H1Error(f"a request body larger than {self.max_body_bytes} bytes", 413)
+            raise H1Error(body_too_large(self.limit_name, self.max_body_bytes), 413)
         self._pieces.append(body)
 
     def on_message_complete(self) -> None:
@@ -166,11 +167,8 @@ class RequestParser:
             raise H1Error(f"HTTP version {version} is not supported", 505)
         head = _head(parser.get_method().decode("ascii"), self._url, version, self._headers)
         if head.content_length > self.max_body_bytes:
-            raise H1Error(
-                f"a request body of {head.content_length} bytes is larger than the limit of "
-                f"{self.max_body_bytes}",
-                413,
-            )
+            message = body_too_large(self.limit_name, self.max_body_bytes, head.content_length)
+            raise H1Error(message, 413)
         if head.upgrade:
             self.body_done = True  # not read here: the connection is handed on whole
         elif head.framing == "chunked":

@@ -13,7 +13,8 @@ first head must be whole within ``head_timeout_s`` of its accept, a later one wi
 ``keep_alive_timeout_s`` of idling plus ``head_timeout_s`` from its first byte, a body within
 ``body_timeout_s`` of the app's first read. A request the server refuses (its framing, its size,
 a deadline) is answered with its status (400, 408, 413, 431, 501, 505) where the client can
-still hear it, logged at debug level with the peer, and its connection closed.
+still hear it, logged at debug level with the peer, and its connection closed gently (the
+client's bytes still coming are read and dropped first, within bounds: ``linger.py``).
 
 What this server does not speak it hands on, with the bytes it read, to hypercorn's own
 connection handler: a WebSocket upgrade (the gateway's ``/v1/ws``), any other ``Upgrade`` (h2c),
@@ -44,6 +45,7 @@ from urllib.parse import unquote
 
 import trio
 
+from trio_gateway.http1 import linger
 from trio_gateway.http1.errors import H1Error
 from trio_gateway.http1.hang_ups import HangUps
 from trio_gateway.http1.heads import SentHead, encode_response_head, error_response
@@ -60,9 +62,6 @@ log = logging.getLogger("trio_gateway")
 READ_BYTES = 65536
 HANG_UP_EXTENSION = "trio_gateway.hang_ups"  # scope["extensions"]: the server's HangUps
 SOCKET_FD_EXTENSION = "trio_gateway.socket_fd"  # and the connection's descriptor, to watch
-# A closing connection's unread bytes are read and dropped for this long, or this many.
-LINGER_S = 2.0
-LINGER_BYTES = 1 << 20
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 ASGI = {"version": "3.0", "spec_version": "2.3"}
 # The error code a refusal's body names, by its status.
@@ -101,6 +100,7 @@ class H1Server:
         body_timeout_s: float,
         write_timeout_s: float,
         max_body_bytes: int,
+        body_limit_name: str = "the limit",
         on_refused: OnRefused | None = None,
     ) -> None:
         self.app = app
@@ -111,7 +111,10 @@ class H1Server:
         self.body_timeout_s = body_timeout_s
         self.write_timeout_s = write_timeout_s
         self.max_body_bytes = max_body_bytes
+        self.body_limit_name = body_limit_name  # what a 413 calls max_body_bytes
         self.terminated = False
+        self.lingering = 0  # connections lingering now (linger.MAX_LINGERING at most)
+        self.closed_unlingered = 0  # connections that found that many lingering
         self.hang_ups = HangUps()  # served by the caller: ``nursery.start(server.hang_ups.serve)``
         self._idle: set[trio.CancelScope] = set()
         self._date = b""
@@ -141,7 +144,9 @@ class _Connection:
         self.stream = stream
         self.sock = stream.socket
         self.buffer = b""  # read, not yet part of a request
-        self.parser = RequestParser(max_body_bytes=server.max_body_bytes)
+        self.parser = RequestParser(
+            max_body_bytes=server.max_body_bytes, limit_name=server.body_limit_name
+        )
         # The first head's deadline counts from here: a client that connects and sends nothing
         # (or one byte at a time) holds a connection for head_timeout_s at most.
         self.accepted_at = trio.current_time()
@@ -193,24 +198,26 @@ class _Connection:
             await trio.aclose_forcefully(self.stream)
 
     async def _linger(self) -> None:
-        """Close gently: what the client sent and nobody read (a body refused before it was
-        read, a pipelined request) would make the kernel answer the close with a reset, which
-        can destroy the answer just written before the client reads it. So: our end first, then
-        read and drop what comes, briefly, until the client closes too."""
+        """Close gently (``http1/linger.py``); a drain's end (:meth:`H1Server.terminate`) ends
+        it. Past ``MAX_LINGERING`` connections lingering, at once."""
+        server = self.server
+        if server.lingering >= linger.MAX_LINGERING:
+            server.closed_unlingered += 1
+            log.debug("%d lingering: %s closes at once", server.lingering, _peer(self.client))
+            return
         try:
             self.sock.shutdown(socket.SHUT_WR)
         except OSError:
             return
-        dropped = 0
-        with trio.move_on_after(LINGER_S):
-            while dropped < LINGER_BYTES:
-                try:
-                    data = await _read(self.sock)
-                except _Closed:
-                    return
-                if not data:
-                    return
-                dropped += len(data)
+        server.lingering += 1
+        with trio.CancelScope() as lingering:
+            server._idle.add(lingering)
+            try:
+                if not server.terminated:
+                    await linger.drop_until_closed(self.sock, linger.SERVER_LINGER)
+            finally:
+                server._idle.discard(lingering)
+                server.lingering -= 1
 
     async def _read_head(self, first: bool) -> tuple[bytes, int] | None:
         """What was read (taken from ``self.buffer``) and where the next head in it ends; None

@@ -28,6 +28,7 @@ from trio_gateway.core.usage import UsageSink
 from trio_gateway.dispatch.live import Gates, Running, open_provider, serve_services
 from trio_gateway.dispatch.router import Provider, Router
 from trio_gateway.fronts.app import GatewayApp
+from trio_gateway.fronts.http import MAX_BODY_BYTES_KEY
 from trio_gateway.fronts.responses.route import ResponsesService, attach_responses
 from trio_gateway.fronts.responses.seal import Sealer
 from trio_gateway.http1.listen import Connections, serve_asgi
@@ -332,6 +333,7 @@ async def _serve_gateway(
                     head_timeout_s=config.server.head_timeout_s,
                     body_timeout_s=config.server.body_timeout_s,
                     max_body_bytes=config.server.max_body_bytes,
+                    body_limit_name=MAX_BODY_BYTES_KEY,
                     on_refused=app.refused_by_server,
                     task_status=task_status,
                 )

@@ -15,6 +15,7 @@ import logging
 import os
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import NoReturn
 
 import attrs
@@ -247,8 +248,16 @@ class Upstream:
         try:
             # A plain scope, not fail_at's generator: it is held through the wait for the head,
             # which is where thousands of requests are while a load ramps up.
-            with trio.CancelScope(deadline=first_deadline) as waiting:
-                response = await self._h1.post(call.url, headers, call.body)
+            # From the moment the request goes out, a client's hang-up ends the exchange at
+            # once (chat.HangUpCancel): waiting for the head (vLLM queueing it, or generating a
+            # whole answer) as much as reading the answer.
+            sending = None if context is None else partial(setattr, context, "abort_upstream")
+            try:
+                with trio.CancelScope(deadline=first_deadline) as waiting:
+                    response = await self._h1.post(call.url, headers, call.body, sending)
+            finally:
+                if context is not None:
+                    context.abort_upstream = None
             if waiting.cancelled_caught:
                 raise UpstreamTimeout(
                     f"{self.name}: no response within {config.first_token_timeout_s:g} s",
