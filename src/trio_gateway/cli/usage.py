@@ -80,7 +80,7 @@ def _resolve(args: argparse.Namespace) -> str:
     if args.ledger is not None:
         return str(args.ledger)
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, secrets=False)
     except ConfigError as exc:
         raise SystemExit(f"trio-gateway usage: {exc.source}: {'; '.join(exc.problems)}") from None
     path = ledger_path(config)

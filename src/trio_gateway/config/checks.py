@@ -219,7 +219,9 @@ def _auth_problems(config: GatewayConfig) -> list[str]:
     return []
 
 
-def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
+def semantic_problems(config: GatewayConfig, environ: Mapping[str, str] | None) -> list[str]:
+    """Every problem of a structurally valid config; ``environ`` None: its secrets are not
+    read (a command that only reads records, ``trio-gateway usage``), so not checked."""
     problems: list[str] = []
     if (err := _parse_listen(config.server.listen)) is not None:
         problems.append(f"{config.listen_origin}: {err}")
@@ -297,7 +299,7 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
                     problems.append(f"{where}.{key}: must be at least 1")
             if p.startup_grace_s < 0:
                 problems.append(f"{where}.startup_grace_s: must be 0 or more")
-            if p.api_key_env is not None and not environ.get(p.api_key_env):
+            if environ is not None and p.api_key_env and not environ.get(p.api_key_env):
                 problems.append(
                     f"{where}.api_key_env: environment variable {p.api_key_env!r} is not set"
                 )
@@ -418,7 +420,7 @@ def raw_secret_problems(raw: dict[str, Any], environ: Mapping[str, str]) -> list
     return problems
 
 
-def _responses_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
+def _responses_problems(config: GatewayConfig, environ: Mapping[str, str] | None) -> list[str]:
     """``[responses]``: a positive TTL and memory bound, and a seal key that is one."""
     settings = config.responses
     problems = []
@@ -427,7 +429,7 @@ def _responses_problems(config: GatewayConfig, environ: Mapping[str, str]) -> li
     if settings.memory_max_responses < 1:
         problems.append("responses.memory_max_responses: must be at least 1")
     env = settings.seal_key_env
-    if env is not None:
+    if env is not None and environ is not None:
         value = environ.get(env)
         if not value:
             problems.append(f"responses.seal_key_env: environment variable {env!r} is not set")
