@@ -40,7 +40,8 @@ occur, never further in.
     │   ├── UpstreamOverloaded          503 upstream_overloaded (Anthropic 529; Retry-After)
     │   ├── QuotaExhausted              429 quota_exhausted (never retried on that provider)
     │   ├── UpstreamServerError         502 upstream_error
-    │   │   └── UnusableAnswer          502 upstream_error (the vendor answered with no answer)
+    │   │   ├── UnusableAnswer          502 upstream_error (the vendor answered with no answer)
+    │   │   └── ModelNotServed          502 upstream_error (a 404: no such model, or route)
     │   └── UpstreamProtocolError       502 upstream_protocol_error
     ├── AllProvidersFailed              503 upstream_unavailable
     ├── Overloaded                      503 overloaded
@@ -343,6 +344,14 @@ class UnusableAnswer(UpstreamServerError):
     tried while the client has seen nothing; but the provider is up, so its health does not
     count it as a failure (a model that keeps failing one prompt must not take the provider out
     of rotation for every other request)."""
+
+
+class ModelNotServed(UpstreamServerError):
+    """The vendor answered 404: the configured model does not exist there (vLLM's "The model
+    `x` does not exist.", OpenAI's ``model_not_found``, Anthropic's ``not_found_error``,
+    Gemini's ``NOT_FOUND``), or ``base_url`` leads to no such route. ``upstream_error`` to the
+    client as before; to the readiness probe, a configuration error, not a server still loading
+    (capacity/health.py)."""
 
 
 class UpstreamProtocolError(UpstreamError):
