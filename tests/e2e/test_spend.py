@@ -7,8 +7,15 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.harness import gateway_config, provider_toml, running_gateway, running_sim, script
-from tests.e2e.test_usage_ledger import chat, cli, ledger_rows
+from tests.e2e.harness import (
+    chat,
+    gateway_config,
+    provider_toml,
+    running_gateway,
+    running_sim,
+    script,
+)
+from tests.e2e.test_usage_ledger import cli, ledger_rows
 
 # 1e-3 per prompt token, 2e-3 per completion token: 1,000,000 and 2,000,000 nanos.
 PRICES = "price_input_per_mtok = 1000.0\nprice_output_per_mtok = 2000.0\n"

@@ -182,6 +182,10 @@ class _DownStore:
         await trio.lowlevel.checkpoint()
         raise RedisError("redis connection failed: refused")
 
+    async def spent_in(self, key: str, period: Period) -> int:
+        await trio.lowlevel.checkpoint()
+        raise RedisError("redis connection failed: refused")
+
 
 def _limits(*, fail_open: bool) -> Limits:
     return Limits(_DownStore(), timeout_s=0.25, fail_open=fail_open, hold_ttl_s=60)

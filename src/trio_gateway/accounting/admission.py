@@ -240,6 +240,13 @@ class Limits:
             budget_period=key.budget_period,
         )
 
+    async def spent(self, key: ApiKey) -> int:
+        """What ``key`` has spent in its budget's current period, as the store keeps it
+        (Redis, or this process). Raises as the store does (RedisError, TooSlowError)."""
+        period = period_of(key.budget_period, self.wall_clock())
+        with trio.fail_after(self.timeout_s):
+            return await self.store.spent_in(key.name, period)
+
     async def _seed(self, key: str, period: Period) -> None:
         """Learn ``key``'s spend in ``period`` from the ledger, once, if the in-process store
         has not seen a period of that kind for it (a key that gained a budget, or changed its

@@ -70,6 +70,9 @@ class LimitStore(Protocol):
     async def settle(self, key: str, hold_id: str, cost: int, period: Period = LIFETIME) -> None:
         """``period``: the one the request started in (its record's ``started_at``)."""
 
+    async def spent_in(self, key: str, period: Period) -> int:
+        """What ``key`` has spent in ``period`` (settled; holds aside)."""
+
 
 @attrs.define
 class _KeyState:
@@ -102,6 +105,11 @@ class MemoryStore:
 
     def spent(self, key: str) -> int:
         return self._keys.get(key, _KeyState()).spent
+
+    async def spent_in(self, key: str, period: Period) -> int:
+        await trio.lowlevel.checkpoint()
+        state = self._keys.get(key, _KeyState())
+        return state.spent if state.period == period.id else 0
 
     def period_of_spend(self, key: str) -> str | None:
         return self._keys.get(key, _KeyState()).period
@@ -303,8 +311,12 @@ class RedisStore:
             SETTLE_SCRIPT, [spent, holds, exp], [hold_id, cost, expire_at_ms]
         )
 
-    async def spent(self, key: str, period: Period = LIFETIME) -> int:
+    async def spent_in(self, key: str, period: Period = LIFETIME) -> int:
         return await self.client.get_int(self.spent_key(key, period))
+
+    async def spent(self, key: str) -> int:
+        """A budget for the key's whole life: its spend."""
+        return await self.spent_in(key)
 
     async def live_holds(self, key: str) -> int:
         return await self.client.hash_len(self._hold_keys(key)[0])

@@ -150,6 +150,8 @@ def record(
             prices = {p.name: prices_of(p.config) for p in plan.upstreams if p.name == provider}
         if cost := record_cost(prices, usage_rec):
             usage_rec = attrs.evolve(usage_rec, cost_nanos=cost)
+            if usage_rec.key is not None:
+                router.today.add(usage_rec.key, cost, usage_rec.started_at)
     router.usage.offer(usage_rec)
     if (context := current_request()) is not None:
         context.record(usage_rec)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from trio_gateway.core.budget_period import period_of
 from trio_gateway.ops.metrics import ProviderGauges
 
 BUCKET_S = 10.0
@@ -88,6 +89,47 @@ class RecentStats:
             else round(sum(b.ttft_sum_s for b in live) / count * 1000, 1),
             "ttft_max_ms": None if count == 0 else round(max(b.ttft_max_s for b in live) * 1000, 1),
         }
+
+
+# Keys whose cost today is kept (a key of the keys file; the file is bounded, this bounds it
+# against a file of very many keys): past it, a new key is not counted until tomorrow.
+MAX_KEYS_TODAY = 10_000
+
+
+class TodaySpend:
+    """Each key's cost on the current UTC day, for the status page's top keys: fed once per
+    request (``relay.record``), seeded at start from the ledger, renewed at midnight UTC."""
+
+    def __init__(self) -> None:
+        self.day = ""  # the UTC day's period id ("day:2026-12-03")
+        self._by_key: dict[str, int] = {}
+
+    def _today(self, at: float) -> bool:
+        """Move to ``at``'s day if it is a later one; False for an earlier day (a request
+        that started yesterday and ended today counts for yesterday)."""
+        day = period_of("day", at).id
+        if day > self.day:
+            self.day, self._by_key = day, {}
+        return day == self.day
+
+    def seed(self, at: float, by_key: Mapping[str, int]) -> None:
+        """The ledger's costs of ``at``'s day (before this process, and records of it)."""
+        if self._today(at):
+            for key, cost in list(by_key.items())[:MAX_KEYS_TODAY]:
+                self._by_key[key] = self._by_key.get(key, 0) + cost
+
+    def add(self, key: str, cost: int, started_at: float) -> None:
+        if not self._today(started_at):
+            return
+        if key in self._by_key or len(self._by_key) < MAX_KEYS_TODAY:
+            self._by_key[key] = self._by_key.get(key, 0) + cost
+
+    def top(self, now: float, count: int) -> list[tuple[str, int]]:
+        """The ``count`` keys that cost most today, dearest first (by name among equals)."""
+        if not self._today(now):
+            return []
+        ranked = sorted(self._by_key.items(), key=lambda item: (-item[1], item[0]))
+        return ranked[:count]
 
 
 def status_document(
