@@ -20,6 +20,7 @@ from urllib.request import pathname2url
 
 from trio_gateway.accounting.ledger import COLUMNS, LEDGER_MEMORY, ledger_path
 from trio_gateway.accounting.limits import format_units
+from trio_gateway.cli.reconcile import reconcile
 from trio_gateway.config.load import load_config
 from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError
 
@@ -75,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
         "--config", default=DEFAULT_CONFIG_NAME, help="config file (default: ./gateway.toml)"
     )
     parser.add_argument("--json", action="store_true", help="one record per line, oldest first")
+    parser.add_argument(
+        "--reconcile",
+        action="store_true",
+        help="with [redis]: each budgeted key's spend in Redis against the ledger's, in its "
+        "current period (exit status 1 when they differ)",
+    )
     return parser
 
 
@@ -169,6 +176,8 @@ def render_table(by: str, rows: list[tuple[object, ...]]) -> str:
 def usage_main(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.reconcile:
+        return reconcile(args.config)
     try:
         since = parse_since(args.since, now=time.time()) if args.since else None
     except argparse.ArgumentTypeError as exc:
