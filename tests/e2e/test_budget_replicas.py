@@ -54,7 +54,7 @@ async def test_a_daily_budget_holds_across_replicas_and_reconciles(tmp_path: Pat
             running_gateway(config) as b,
             httpx.AsyncClient(timeout=TIMEOUT_S) as client,
         ):
-            answers = []
+            answers: list[httpx.Response] = []
             while len(answers) < 20:
                 answers.append(
                     await client.post(a.base_url + url, json=chat(max_tokens=10), headers=headers)
