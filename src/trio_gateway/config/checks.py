@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.fernet import Fernet
 
+from trio_gateway.core.budget_period import NO_PERIOD
 from trio_gateway.core.filter_match import RegexRefused, pattern_problem, regex_reach
 from trio_gateway.core.keys import KeysFileError, load_keys
 from trio_gateway.core.model_families import TABLES
@@ -393,6 +394,37 @@ UNUSED_KEYS = {
         "gateway's own; remove it (docs/configuration.md)"
     ),
 }
+
+
+_PRICES = ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok")
+
+
+def budget_warnings(config: GatewayConfig) -> list[str]:
+    """Keys whose budget nothing can spend: every provider their aliases reach is free (the
+    prices default to 0), so the budget never runs out. ``check`` and the start-up say so."""
+    keys_file = config.auth.keys_file
+    if keys_file is None:
+        return []
+    try:
+        ring = load_keys(keys_file, known_aliases=config.aliases.keys())
+    except KeysFileError:
+        return []  # a problem of its own, reported as such
+    warnings = []
+    for key in ring:
+        if key.budget is None:
+            continue
+        aliases = key.aliases or tuple(config.aliases)
+        reached = {a: config.aliases[a].providers for a in aliases if a in config.aliases}
+        if any(getattr(p, price) for ps in reached.values() for p in ps for price in _PRICES):
+            continue
+        per = "" if key.budget_period == NO_PERIOD else f" a {key.budget_period}"
+        free = "; ".join(f"{a}: {', '.join(p.name for p in ps)}" for a, ps in reached.items())
+        warnings.append(
+            f"auth.keys_file: {keys_file}: keys.{key.name}.budget: {key.budget:g}{per}, but every "
+            f"provider its aliases reach is free ({free}; every price_*_per_mtok is 0): nothing "
+            "is ever billed to it; give the providers their prices (docs/accounting.md#budgets)"
+        )
+    return warnings
 
 
 def unused_key_warnings(raw: Mapping[str, Any]) -> list[str]:

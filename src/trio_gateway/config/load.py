@@ -16,6 +16,7 @@ from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn, override
 
 from trio_gateway.config.checks import (
+    budget_warnings,
     raw_secret_problems,
     semantic_problems,
     unused_key_warnings,
@@ -264,7 +265,7 @@ def parse_config(
         for p in config.providers().values()
         if p.api_key_env is not None and env is not None
     }
-    warnings = tuple(unused_key_warnings(raw))
+    warnings = tuple(unused_key_warnings(raw)) + tuple(budget_warnings(config))
     seal_env = config.responses.seal_key_env
     seal_key = Secret(env[seal_env]) if seal_env is not None and env is not None else None
     return attrs.evolve(config, api_keys=keys, seal_key=seal_key, source=source, warnings=warnings)
