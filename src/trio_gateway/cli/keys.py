@@ -379,7 +379,10 @@ def _read_spend(args: argparse.Namespace, ring: KeyRing) -> SpendReading | None:
     its usage ledger. None when no key has a budget or there is no config to say where."""
     if not any(k.budget is not None for k in ring):
         return None
-    source = args.config or (DEFAULT_CONFIG_NAME if Path(DEFAULT_CONFIG_NAME).is_file() else None)
+    # A --keys-file alone may not be ./gateway.toml's: its spend is read with --config only.
+    source = args.config
+    if source is None and args.keys_file is None and Path(DEFAULT_CONFIG_NAME).is_file():
+        source = DEFAULT_CONFIG_NAME
     if source is None:
         return None
     try:

@@ -23,6 +23,7 @@ occur, never further in.
     │   ├── MethodNotAllowed            405 method_not_allowed
     │   ├── Unauthorized                401 invalid_api_key (WWW-Authenticate: Bearer)
     │   ├── Forbidden                   403 alias_not_allowed
+    │   ├── AdminRequired               403 admin_required (the operator's endpoints)
     │   ├── BudgetExceeded              402 budget_exceeded (the key's budget cannot cover it)
     │   ├── RateLimited                 429 rate_limited (the key's rpm/tpm; Retry-After)
     │   ├── ContentFiltered             400 content_filtered (an input or a block output filter)
@@ -197,6 +198,14 @@ class Forbidden(RequestError):
     """A known API key asked for an alias it may not use."""
 
     code = "alias_not_allowed"
+    status = 403
+
+
+class AdminRequired(RequestError):
+    """A known API key, not marked ``admin = true``, asked for an operator's endpoint
+    (/status.json, /metrics) of a gateway that requires keys."""
+
+    code = "admin_required"
     status = 403
 
 
