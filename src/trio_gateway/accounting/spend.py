@@ -42,8 +42,11 @@ log = logging.getLogger("trio_gateway")
 READ_TIMEOUT_S = 5.0
 
 _SPEND_SINCE = "SELECT coalesce(sum(cost_nanos), 0) FROM usage WHERE key = ? AND started_at >= ?"
+# Since a recent time (today): the rows of that time, by their own index. Left to itself SQLite
+# walks the spend index in key order, every row of the ledger (1.4 s on 5 million, 17 ms so).
 _BY_KEY_SINCE = (
-    "SELECT key, sum(cost_nanos) FROM usage WHERE started_at >= ? AND key IS NOT NULL GROUP BY key"
+    "SELECT key, sum(cost_nanos) FROM usage INDEXED BY usage_started_at "
+    "WHERE started_at >= ? AND key IS NOT NULL GROUP BY key"
 )
 
 
