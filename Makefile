@@ -150,7 +150,8 @@ MUTATION_PROVIDERS = trio_gateway.providers.upstream. trio_gateway.providers.dia
 MUTATION_MONEY = trio_gateway.accounting.limits. trio_gateway.accounting.usage_stream. \
 	trio_gateway.accounting.key_store. trio_gateway.accounting.limit_store. \
 	trio_gateway.accounting.admission. trio_gateway.accounting.ledger. trio_gateway.core.keys. \
-	trio_gateway.core.usage. trio_gateway.providers.output_caps. trio_gateway.capacity.gate.
+	trio_gateway.core.usage. trio_gateway.providers.output_caps. trio_gateway.capacity.gate. \
+	trio_gateway.accounting.spend. trio_gateway.core.budget_period.
 
 mutation: $(MUTATION_STAMP)
 	rm -rf mutants

@@ -222,3 +222,17 @@ async def test_settling_counts_in_the_period_the_record_started_in() -> None:
     await limits.settle(admission, answered(ts("2026-12-04T00:00:00.5"), 2))
     assert store.period_of_spend("alice") == day("2026-12-04T00:00")
     assert store.spent("alice") == 2_000_000
+
+
+async def test_a_key_without_a_budget_gets_no_budget_headers() -> None:
+    limits = limits_at([ts("2026-12-03T22:00:00")])
+    key = ApiKey(name="carol", digest=b"", rpm=5)
+    admission = await limits.admit(
+        key, {"messages": MESSAGES, "max_tokens": 3}, (Reserve(PRICEY, 3),)
+    )
+    assert admission is not None and admission.hold_id is None
+    assert [name for name, _ in admission.headers] == [
+        b"x-ratelimit-limit-requests",
+        b"x-ratelimit-remaining-requests",
+        b"x-ratelimit-reset-requests",
+    ]

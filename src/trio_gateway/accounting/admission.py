@@ -262,7 +262,7 @@ class Limits:
                 "limits: the spend of key %s could not be read from the usage ledger (%s); "
                 "its budget counts from 0 in this process",
                 key,
-                exc or f"no answer within {SEED_TIMEOUT_S:g} s",
+                str(exc) or f"no answer within {SEED_TIMEOUT_S:g} s",
             )
             spent = 0
         store.seed(key, period, spent)
