@@ -19,6 +19,7 @@ from tests.e2e.test_limits import PRICES, write_keys
 from tests.redis_server import running_redis
 from trio_gateway.config.load import load_config
 from trio_gateway.core.budget_period import period_of
+from trio_gateway.core.keys import hash_key, new_key
 
 TIMEOUT_S = 30
 
@@ -99,3 +100,33 @@ async def test_a_daily_budget_holds_across_replicas_and_reconciles(tmp_path: Pat
         "0.000000",
     ]
     assert differs.stdout.decode().splitlines()[2].split()[-1] == "+0.000001"
+
+
+async def test_the_keys_panel_says_when_redis_cannot_say_what_was_spent(tmp_path: Path) -> None:
+    admin = new_key()
+    keys_file = tmp_path / "keys.toml"
+    keys_file.write_text(
+        f'[keys.ops]\nsha256 = "{hash_key(admin)}"\nadmin = true\n'
+        + "".join(
+            f'[keys.k{i}]\nsha256 = "{hash_key(new_key())}"\nbudget = 1.0\n' for i in range(3)
+        )
+    )
+    async with running_redis() as redis, running_sim() as sim:
+        path = config_file(tmp_path, redis.url, sim.base_url, keys_file)
+        config = load_config(path, environ={"SIM_KEY": "sim-key"})
+        async with running_gateway(config) as gateway, httpx.AsyncClient(timeout=20) as client:
+            url = gateway.base_url + "/status.json"
+            headers = {"authorization": f"Bearer {admin}"}
+            read = (await client.get(url, headers=headers)).json()["keys"]
+            redis.kill()
+            started = time.monotonic()
+            down = await client.get(url, headers=headers)
+            took = time.monotonic() - started
+    assert read["spend_lives"] == "redis" and read["problem"] is None
+    assert [b["spent"] for b in read["budgets"]] == [0.0, 0.0, 0.0]
+    assert down.status_code == 200  # the page still shows the providers
+    panel = down.json()["keys"]
+    assert "redis" in panel["problem"]
+    assert [b["spent"] for b in panel["budgets"]] == [None, None, None]
+    assert config.redis is not None
+    assert took < 2 * config.redis.timeout_s + 1  # one deadline, not one per key

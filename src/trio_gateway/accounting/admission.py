@@ -242,10 +242,16 @@ class Limits:
 
     async def spent(self, key: ApiKey) -> int:
         """What ``key`` has spent in its budget's current period, as the store keeps it
-        (Redis, or this process). Raises as the store does (RedisError, TooSlowError)."""
+        (Redis, or this process); 503 ``limits_unavailable`` when the store does not answer
+        within ``timeout_s``."""
         period = period_of(key.budget_period, self.wall_clock())
-        with trio.fail_after(self.timeout_s):
-            return await self.store.spent_in(key.name, period)
+        try:
+            with trio.fail_after(self.timeout_s):
+                return await self.store.spent_in(key.name, period)
+        except (RedisError, trio.TooSlowError) as exc:
+            raise LimitsUnavailable(
+                str(exc) or f"no answer within {self.timeout_s:g} s", retry_after_s=1.0
+            ) from exc
 
     async def _seed(self, key: str, period: Period) -> None:
         """Learn ``key``'s spend in ``period`` from the ledger, once, if the in-process store

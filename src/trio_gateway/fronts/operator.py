@@ -25,7 +25,7 @@ from trio_gateway.accounting.limits import nanos
 from trio_gateway.capacity.health import HealthSnapshot
 from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.core.budget_period import period_of
-from trio_gateway.core.errors import AdminRequired, Unauthorized
+from trio_gateway.core.errors import AdminRequired, LimitsUnavailable, Unauthorized
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import http_key
@@ -143,12 +143,12 @@ async def _keys(router: Router, ring: list[ApiKey]) -> dict[str, object]:
     lines = []
     problem = None
     for key in [k for k in ring if k.budget is not None][:MAX_BUDGET_LINES]:
-        spent: int | None
-        try:
-            spent = await limits.spent(key)
-        except Exception as exc:  # Redis down or late: say so, never fail the page
-            problem = str(exc) or "no answer in time"
-            spent = None
+        spent: int | None = None
+        if problem is None:  # one deadline for the page, not one per key, when Redis is down
+            try:
+                spent = await limits.spent(key)
+            except LimitsUnavailable as exc:
+                problem = exc.message
         period = period_of(key.budget_period, now)
         lines.append(
             BudgetLine(
