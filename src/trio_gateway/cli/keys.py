@@ -32,6 +32,7 @@ from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError
 from trio_gateway.core.budget_period import BUDGET_PERIODS, NO_PERIOD
 from trio_gateway.core.keys import (
     NAME_PATTERN,
+    ApiKey,
     KeyRing,
     KeysFileError,
     hash_key,
@@ -252,24 +253,18 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def _describe(
-    aliases: tuple[str, ...],
-    rpm: object,
-    tpm: object,
-    budget: object,
-    priority: object = None,
-    budget_period: str | None = None,
-    admin: bool = False,
-) -> str:
+def _describe(key: ApiKey) -> str:
+    """A key's aliases and limits, as ``keys new`` and ``keys list`` say them."""
+
     def show(value: object) -> str:
         return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
     return (
-        f"aliases: {', '.join(aliases) if aliases else 'all'}; "
-        f"rpm: {show(rpm)}; tpm: {show(tpm)}; budget: {show(budget)}"
-        + ("" if budget is None else f"; period: {budget_period or NO_PERIOD}")
-        + ("" if priority is None else f"; priority: {priority}")
-        + ("; admin" if admin else "")
+        f"aliases: {', '.join(key.aliases) if key.aliases else 'all'}; "
+        f"rpm: {show(key.rpm)}; tpm: {show(key.tpm)}; budget: {show(key.budget)}"
+        + ("" if key.budget is None else f"; period: {key.budget_period}")
+        + ("" if key.priority is None else f"; priority: {key.priority}")
+        + ("; admin" if key.admin else "")
     )
 
 
@@ -327,16 +322,7 @@ def _new(args: argparse.Namespace) -> int:
         write_atomically(path, new_text)
     except OSError as exc:
         return _fail(str(path), [f"cannot write: {exc.strerror or exc}"])
-    described = _describe(
-        args.aliases,
-        args.rpm,
-        args.tpm,
-        args.budget,
-        args.priority,
-        args.budget_period,
-        args.admin,
-    )
-    print(f"created key {args.name!r} in {path} ({described})")
+    print(f"created key {args.name!r} in {path} ({_describe(found)})")
     print("the key is shown this once; the file keeps only its SHA-256:")
     print(key)
     return 0
@@ -361,16 +347,7 @@ def _list(args: argparse.Namespace) -> int:
         if reading.problem is not None:
             print(f"trio-gateway keys: spend unknown: {reading.problem}", file=sys.stderr)
     for key in sorted(ring, key=lambda k: k.name):
-        described = _describe(
-            key.aliases,
-            key.rpm,
-            key.tpm,
-            key.budget,
-            key.priority,
-            key.budget_period,
-            key.admin,
-        )
-        print(f"{key.name}  ({described}{_spent(spends.get(key.name))})")
+        print(f"{key.name}  ({_describe(key)}{_spent(spends.get(key.name))})")
     return 0
 
 
