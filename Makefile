@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: install run test lint typecheck unit bench bench-all bench-overhead bench-stream-timing \
 	bench-cancellation bench-scale bench-slow-clients bench-fleet bench-priority bench-chunk-path \
 	bench-vllm \
-	mutation mutation-core mutation-providers mutation-money mutation-lock clean
+	mutation mutation-core mutation-providers mutation-money mutation-lock wheel clean
 
 # Serving needs the package alone; the tests add their tools (SDKs, pytest, ruff, mypy).
 RUN_STAMP := $(VENV)/.run-stamp
@@ -25,6 +25,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)
+
+# A wheel to install on a host without this checkout: `pip install dist/trio_gateway-*.whl`.
+# (No package named trio-gateway is published on PyPI.)
+wheel: $(RUN_STAMP)
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
 
 run: $(RUN_STAMP)
 	$(BIN)/trio-gateway serve --config gateway.toml
@@ -145,7 +150,8 @@ MUTATION_PROVIDERS = trio_gateway.providers.upstream. trio_gateway.providers.dia
 MUTATION_MONEY = trio_gateway.accounting.limits. trio_gateway.accounting.usage_stream. \
 	trio_gateway.accounting.key_store. trio_gateway.accounting.limit_store. \
 	trio_gateway.accounting.admission. trio_gateway.accounting.ledger. trio_gateway.core.keys. \
-	trio_gateway.core.usage. trio_gateway.providers.output_caps. trio_gateway.capacity.gate.
+	trio_gateway.core.usage. trio_gateway.providers.output_caps. trio_gateway.capacity.gate. \
+	trio_gateway.accounting.spend. trio_gateway.core.budget_period.
 
 mutation: $(MUTATION_STAMP)
 	rm -rf mutants
@@ -173,6 +179,6 @@ mutation-lock:
 	$(BIN)/python tools/mutation/report.py --lock
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants
+	rm -rf dist $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants
 
 -include tools/vllm/Makefile.inc

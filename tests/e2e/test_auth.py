@@ -144,7 +144,9 @@ async def test_http_needs_a_known_key_and_the_probes_do_not(keyed: Keyed) -> Non
         )
         assert own.status_code == 200, own.text
         assert own.json()["model"] == "prompt-enhance"
-        for path in ("/healthz", "/readyz", "/metrics"):
+        # The probes need no key (and say only ready or not); the metrics need an admin key
+        # (tests/e2e/test_status_auth.py).
+        for path in ("/healthz", "/readyz"):
             response = await client.get(keyed.stack.gateway.base_url + path)
             assert response.status_code == 200, path
 
@@ -432,7 +434,7 @@ def test_the_keys_cli_prints_a_key_once_and_stores_only_its_hash(tmp_path: Path)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines() == [
         "alice  (aliases: agent-lite, prompt-enhance; rpm: -; tpm: -; budget: -)",
-        "bob  (aliases: all; rpm: 60; tpm: 1000; budget: 2.5)",
+        "bob  (aliases: all; rpm: 60; tpm: 1000; budget: 2.5; period: none)",
     ]
     for secret in (key, bob, hash_key(key), hash_key(bob)):
         assert secret not in listed.stdout + listed.stderr

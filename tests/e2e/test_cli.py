@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from importlib.resources import files
 from pathlib import Path
 
@@ -178,6 +179,27 @@ def test_init_writes_the_default_config_and_keeps_an_existing_one(tmp_path: Path
     assert written.read_text() == "# mine\n"
     assert run("init", "--force", str(written), cwd=tmp_path).returncode == 0
     assert written.read_text() == (REPO / "gateway.toml").read_text()
+
+
+def test_the_wheel_make_builds_holds_the_command_and_the_starter_config(tmp_path: Path) -> None:
+    # No package named trio-gateway is on PyPI: README and deployment.md install from a
+    # checkout (`pip install .`) or from the wheel `make wheel` builds; this is its recipe.
+    recipe = (REPO / "Makefile").read_text().split("\nwheel:", 1)[1].split("\n\n", 1)[0]
+    assert "pip wheel --quiet --no-deps --wheel-dir dist ." in recipe
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir"]
+    built = subprocess.run(
+        [*pip_wheel, str(tmp_path), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("trio_gateway-*-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        assert "trio_gateway/default_gateway.toml" in names
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        assert "trio-gateway = trio_gateway.cli.main:main" in archive.read(entry_points).decode()
 
 
 def test_listen_overrides_the_config(tmp_path: Path) -> None:

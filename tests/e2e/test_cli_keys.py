@@ -97,3 +97,23 @@ def test_a_config_is_read_only_when_something_needs_it(tmp_path: Path) -> None:
     checked = run("keys", "new", "eve", "--keys-file", "k.toml", "--aliases", "a", cwd=tmp_path)
     assert checked.returncode == 2
     assert "gateway.toml: not valid TOML" in checked.stderr
+
+
+def test_keys_new_takes_a_budget_period_and_the_admin_mark(tmp_path: Path) -> None:
+    keyed_config(tmp_path)
+    alone = run("keys", "new", "eve", "--budget-period", "day", cwd=tmp_path)
+    assert alone.returncode == 2
+    assert "--budget-period needs --budget" in alone.stderr
+    assert not (tmp_path / "keys.toml").exists()
+    made = run(
+        "keys", "new", "ops", "--budget", "2", "--budget-period", "week", "--admin", cwd=tmp_path
+    )
+    assert made.returncode == 0, made.stderr
+    assert "(aliases: all; rpm: -; tpm: -; budget: 2; period: week; admin)" in made.stdout
+    assert (
+        'budget = 2.0\nbudget_period = "week"\nadmin = true\n'
+        in (tmp_path / "keys.toml").read_text()
+    )
+    listed = run("keys", "list", cwd=tmp_path)
+    assert listed.stdout.splitlines()[0].startswith("spend: from the usage ledger ")
+    assert "; spent: 0.000000; remaining: 2.000000)" in listed.stdout

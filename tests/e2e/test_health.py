@@ -193,3 +193,32 @@ async def test_a_saturated_provider_stays_healthy() -> None:
                 assert health.state is State.HEALTHY
                 assert (await client.get(gateway.base_url + "/readyz")).status_code == 200
                 nursery.cancel_scope.cancel()
+
+
+async def test_a_wrong_model_name_is_unhealthy_at_once_not_ready_for_the_grace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server answers, in vLLM's words, that it serves another model: it is not loading.
+    Before, the provider was `unreachable` and /readyz said 200 "ready" for all 600 s of
+    startup_grace_s."""
+    caplog.set_level(logging.INFO, logger="trio_gateway.health")
+    async with running_sim() as sim:  # serves qwen3-32b only
+        providers = provider_toml(
+            "typo-model", sim.base_url, probe=True, extra="startup_grace_s = 600"
+        ).replace('model = "qwen3-32b"', 'model = "qwen3-8b"')
+        async with running_gateway(gateway_config(providers)) as gateway:
+            # The first probe has run by the time the gateway serves.
+            assert gateway.router.health["typo-model"].state is State.UNHEALTHY
+            async with httpx.AsyncClient() as client:
+                ready = await client.get(gateway.base_url + "/readyz")
+                status = (await client.get(gateway.base_url + "/status.json")).json()
+    assert ready.status_code == 503 and ready.json()["status"] == "not_ready"
+    shown = status["providers"]["typo-model"]
+    assert shown["state"] == "unhealthy"
+    assert "The model `qwen3-8b` does not exist. Valid aliases: qwen3-32b." in shown["last_error"]
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any(
+        m.startswith("provider typo-model: the readiness probe's request names a model or route")
+        and "The model `qwen3-8b` does not exist." in m
+        for m in errors
+    )

@@ -55,7 +55,9 @@ def write_keys(tmp_path: Path, limits: str) -> tuple[Path, str]:
 @asynccontextmanager
 async def gateway(sim_url: str, keys_file: Path, extra: str = "") -> AsyncIterator[GatewayHandle]:
     text = (
-        f'[server]\nlisten = "127.0.0.1:0"\n[auth]\nkeys_file = "{keys_file}"\n'
+        # status = "open": tests read /metrics with no key.
+        f'[server]\nlisten = "127.0.0.1:0"\nstatus = "open"\n'
+        f'[auth]\nkeys_file = "{keys_file}"\n'
         f"{extra}\n"
         f"[aliases.agent-lite]\n{provider_toml('sim-a', sim_url, max_inflight=64, extra=ROOMY)}"
     )

@@ -89,7 +89,9 @@ async def endpoints_stack(tmp_path: Path, *, max_inflight: int = 8) -> AsyncIter
         embed = provider_toml("embed", pooling.base_url, alias="embed", extra=PRICES)
         fallback = provider_toml("vllm-b", generate.base_url, alias="mixed", weight=0)
         text = (
-            f'[server]\nlisten = "127.0.0.1:0"\n[auth]\nkeys_file = "{keys_file}"\n'
+            # status = "open": the test reads /metrics with no key.
+            f'[server]\nlisten = "127.0.0.1:0"\nstatus = "open"\n'
+            f'[auth]\nkeys_file = "{keys_file}"\n'
             f'[usage]\nledger = "{ledger}"\nflush_interval_s = 0.05\n'
             f"[aliases.agent-lite]\n{vllm}[aliases.embed]\n{embed}"
             f"[aliases.claude]\n{anthropic_toml('claude', anthropic)}"

@@ -13,6 +13,7 @@ from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
+    ModelNotServed,
     QuotaExhausted,
     UpstreamAuthFailed,
     UpstreamOverloaded,
@@ -146,7 +147,7 @@ ERROR_ROWS: list[tuple[str, int, bytes, dict[str, str], type[GatewayError], floa
         404,
         google_error(404, "NOT_FOUND", "models/gemini-9 is not found for API version v1beta"),
         {},
-        UpstreamServerError,
+        ModelNotServed,
         None,
     ),
     (

@@ -95,3 +95,25 @@ def test_dropped_tools_column_written_added_and_read_as_none_from_an_older_ledge
     conn = sqlite3.connect(path)
     assert [r["dropped_tools"] for r in records(conn, None)] == [None, "web_search_20250305,other"]
     conn.close()
+
+
+def test_cost_is_written_added_to_an_older_ledger_and_read_as_0_before(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    old_ledger(path)
+    readonly = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    assert [r["cost_nanos"] for r in records(readonly, None)] == [0]
+    assert [row[-1] for row in table(readonly, "alias", None)] == [0]  # the cost column
+    readonly.close()
+    conn = connect(str(path))
+    write_batch(conn, [attrs.evolve(record("priced", "chat"), key="alice", cost_nanos=1_250)])
+    conn.close()
+    conn = sqlite3.connect(path)
+    assert [r["cost_nanos"] for r in records(conn, None)] == [0, 1_250]
+    assert [(row[0], row[-1]) for row in table(conn, "key", None)] == [("-", 0), ("alice", 1_250)]
+    # A key's spend in a period is read from an index, not the whole table.
+    plan = conn.execute(
+        "EXPLAIN QUERY PLAN SELECT sum(cost_nanos) FROM usage WHERE key = ? AND started_at >= ?",
+        ("alice", 0.0),
+    ).fetchall()
+    assert any("USING COVERING INDEX usage_key_spend" in str(step) for step in plan), plan
+    conn.close()

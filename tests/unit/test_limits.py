@@ -21,6 +21,7 @@ from trio_gateway.accounting.limits import (
     reserve_tokens,
     reset_text,
 )
+from trio_gateway.core.budget_period import LIFETIME, Period
 from trio_gateway.core.errors import LimitsUnavailable
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.usage import UsageRecord
@@ -177,7 +178,11 @@ class _DownStore:
         await trio.lowlevel.checkpoint()
         raise RedisError("redis connection failed: refused")
 
-    async def settle(self, key: str, hold_id: str, cost: int) -> None:
+    async def settle(self, key: str, hold_id: str, cost: int, period: Period = LIFETIME) -> None:
+        await trio.lowlevel.checkpoint()
+        raise RedisError("redis connection failed: refused")
+
+    async def spent_in(self, key: str, period: Period) -> int:
         await trio.lowlevel.checkpoint()
         raise RedisError("redis connection failed: refused")
 

@@ -124,7 +124,8 @@ async def test_a_budget_refusal_gives_back_the_tokens_in_its_headers() -> None:
     assert refused.value.message == (
         "API key 'a' has 0.000000 of its budget left (after running requests' holds); this "
         "request may cost up to 0.000100 (prompt estimate + the most output the alias's "
-        "costliest provider may produce for it): lower max_tokens, or raise the budget"
+        "costliest provider may produce for it): lower max_tokens, or raise the budget; its "
+        "budget (0 for the key's whole life: budget_period none) does not renew"
     )
     headers = dict(refused.value.rate_headers)
     assert headers[b"x-ratelimit-remaining-requests"] == b"10"

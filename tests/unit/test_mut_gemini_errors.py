@@ -16,6 +16,7 @@ from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
+    ModelNotServed,
     QuotaExhausted,
     UpstreamAuthFailed,
     UpstreamOverloaded,
@@ -166,7 +167,7 @@ def test_context_length(status: int) -> None:
             404,
             {"message": "models/x is not found"},
             {},
-            UpstreamServerError,
+            ModelNotServed,
             "gem: google does not serve the configured model (answered HTTP 404): "
             "models/x is not found",
             None,
@@ -270,7 +271,7 @@ def test_bodies_that_are_not_a_status(body: bytes, message: str) -> None:
         ("oops", UpstreamServerError, "gem failed mid-stream: (no error message)"),
         (
             {"status": "NOT_FOUND", "message": "m"},
-            UpstreamServerError,
+            ModelNotServed,
             "gem: google does not serve the configured model (failed mid-stream): m",
         ),
     ],

@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
+import attrs
 import pytest
 import trio
 
 from trio_gateway.accounting.limit_store import AdmitArgs, RedisStore
 from trio_gateway.accounting.limits import RateDecision
+from trio_gateway.core.budget_period import period_of
 from trio_gateway.redis.client import RedisClient, RedisError, Value
 
 
@@ -106,7 +108,24 @@ async def test_a_reply_of_another_shape_is_a_redis_error(reply: object, message:
 async def test_settle_names_the_keys_under_the_prefix() -> None:
     store, client = _store(5, prefix="p:")
     await store.settle("k", "h1", 42)
-    assert client.calls == [(["p:spent:{k}", "p:holds:{k}", "p:holdexp:{k}"], ["h1", 42])]
+    assert client.calls == [(["p:spent:{k}", "p:holds:{k}", "p:holdexp:{k}"], ["h1", 42, 0])]
+
+
+async def test_a_periods_spend_has_its_own_key_kept_a_week_past_the_period() -> None:
+    store, client = _store(5, prefix="p:")
+    day = period_of("day", 1_796_256_000.0)  # 2026-12-03T00:00:00Z
+    await store.settle("k", "h1", 42, day)
+    end_ms = 1_796_342_400_000
+    assert client.calls == [
+        (
+            ["p:spent:{k}:day:2026-12-03", "p:holds:{k}", "p:holdexp:{k}"],
+            ["h1", 42, end_ms + 7 * 86_400_000],
+        )
+    ]
+    admitting, client = _store([0, 0, 0, 0, 0, 0, b"0"], prefix="p:")
+    await admitting.admit(attrs.evolve(ARGS, period=day))
+    assert client.calls[0][0][2] == "p:spent:{k}:day:2026-12-03"
+    assert admitting.spent_key("k") == "p:spent:{k}"
 
 
 async def test_a_hold_of_less_than_a_millisecond_lives_one() -> None:

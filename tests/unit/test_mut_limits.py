@@ -22,6 +22,7 @@ from trio_gateway.accounting.admission import (
 from trio_gateway.accounting.limit_store import AdmitArgs, MemoryStore
 from trio_gateway.accounting.limits import Prices, RateDecision, covers, gcra
 from trio_gateway.config.schema import ProviderConfig
+from trio_gateway.core.budget_period import LIFETIME, Period
 from trio_gateway.core.errors import LimitsUnavailable
 from trio_gateway.core.usage import UsageRecord
 
@@ -165,7 +166,7 @@ async def test_a_settle_in_a_cancelled_task_still_bills() -> None:
 
 
 class _SlowStore(MemoryStore):
-    async def settle(self, key: str, hold_id: str, cost: int) -> None:
+    async def settle(self, key: str, hold_id: str, cost: int, period: Period = LIFETIME) -> None:
         await trio.sleep_forever()
 
 

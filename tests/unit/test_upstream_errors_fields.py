@@ -12,6 +12,7 @@ from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
+    ModelNotServed,
     UpstreamAuthFailed,
     UpstreamOverloaded,
     UpstreamProtocolError,
@@ -122,7 +123,7 @@ CONTEXT = "This model's maximum context length is 2048 tokens."
             body(message="no such model"),
             None,
             (
-                UpstreamServerError,
+                ModelNotServed,
                 "vllm does not serve the configured model (HTTP 404): no such model",
                 None,
                 "vllm",

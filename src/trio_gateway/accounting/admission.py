@@ -16,8 +16,10 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import sqlite3
+import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 import attrs
 import trio
@@ -35,13 +37,17 @@ from trio_gateway.accounting.limits import (
     NANOS_PER_UNIT,
     Prices,
     RateDecision,
+    budget_headers,
     cost_nanos,
+    exact_units,
     nanos,
     rate_headers,
     reserve_nanos,
     reserve_tokens,
+    reset_text,
 )
 from trio_gateway.config.schema import GatewayConfig, ProviderConfig
+from trio_gateway.core.budget_period import NO_PERIOD, Period, period_of
 from trio_gateway.core.endpoints import COMPLETIONS_DEFAULT_MAX_TOKENS, completion_choices
 from trio_gateway.core.errors import BudgetExceeded, LimitsUnavailable, RateLimited
 from trio_gateway.core.keys import ApiKey
@@ -56,6 +62,13 @@ LOCAL_TIMEOUT_S = 1.0
 # A Redis that is down fails every request's admit: one log line per interval, not per request
 # (the counter gateway_limits_store_errors_total has them all).
 STORE_ERROR_LOG_INTERVAL_S = 10.0
+# Reading a key's spend from the ledger (a key the in-process store has not seen: a budget or
+# a period given while serving) is one indexed query; this bounds a ledger on a stuck disk.
+SEED_TIMEOUT_S = 10.0
+
+# A key's spend in the usage ledger since a time: how the in-process store learns what a key
+# spent before this process (accounting/spend.py).
+Seeder = Callable[[str, float], Awaitable[int]]
 
 
 def prices_of(provider: ProviderConfig) -> Prices:
@@ -86,18 +99,41 @@ class Admission:
     # (its hold was computed from them): it is settled at the answering provider's, even if
     # a reload changed them or removed the provider while it ran.
     prices: Mapping[str, Prices] = attrs.field(factory=dict)
+    # The key's budget period when it was admitted: its cost counts in the period of that kind
+    # its record started in.
+    budget_period: str = NO_PERIOD
+
+
+def record_cost(prices: Mapping[str, Prices], record: UsageRecord) -> int:
+    """What ``record`` costs at the prices of the provider that answered it (0: none did, or
+    it is not among ``prices``). The usage record says it, and the budget is billed it."""
+    found = prices.get(record.provider or "")
+    if found is None:
+        return 0
+    return cost_nanos(found, record.prompt_tokens, record.cached_tokens, record.completion_tokens)
 
 
 class Limits:
     """Budgets and rate limits of keyed requests, on the configured store."""
 
     def __init__(
-        self, store: LimitStore, *, timeout_s: float, fail_open: bool, hold_ttl_s: float
+        self,
+        store: LimitStore,
+        *,
+        timeout_s: float,
+        fail_open: bool,
+        hold_ttl_s: float,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.timeout_s = timeout_s
         self.fail_open = fail_open
         self.hold_ttl_s = hold_ttl_s
+        # Budget periods are UTC calendar days, weeks, months: the wall clock's.
+        self.wall_clock = wall_clock
+        # Without Redis: where a key's earlier spend is read from (the usage ledger), for a key
+        # the in-process store does not know yet. None: no ledger, nothing to read.
+        self.seeder: Seeder | None = None
         self.store_errors: Counter[str] = Counter()  # by call: "admit", "settle"
         self._logged_at = -math.inf
         self._unlogged = 0
@@ -152,6 +188,10 @@ class Limits:
             default=0,
         )
         hold_id = secrets.token_hex(8) if key.budget is not None else None
+        now = self.wall_clock()
+        period = period_of(key.budget_period, now)
+        if key.budget is not None:
+            await self._seed(key.name, period)
         args = AdmitArgs(
             key=key.name,
             rpm=key.rpm,
@@ -161,12 +201,18 @@ class Limits:
             hold=hold,
             hold_id=hold_id or "",
             ttl_s=self.hold_ttl_s,
+            period=period,
         )
         result = await self._admit(args)
         if result is None:
             return Admission(key=key.name, hold_id=None, headers=[])
         prices = {r.provider.name: prices_of(r.provider) for r in reserves}
         headers = rate_headers(result.requests, result.tokens)
+        budget = (
+            []
+            if args.budget is None
+            else budget_headers(args.budget, result.available, period.renews_in_s(now))
+        )
         if result.refused == "rate":
             raise RateLimited(
                 f"API key {key.name!r} is over its rate limit "
@@ -182,10 +228,50 @@ class Limits:
                 f"API key {key.name!r} has {result.available / NANOS_PER_UNIT:.6f} of its budget "
                 f"left (after running requests' holds); this request may cost up to "
                 f"{hold / NANOS_PER_UNIT:.6f} (prompt estimate + the most output the alias's "
-                "costliest provider may produce for it): lower max_tokens, or raise the budget",
-                rate_headers=headers,
+                "costliest provider may produce for it): lower max_tokens, or raise the budget"
+                f"; {renewal(key, period, now)}",
+                rate_headers=headers + budget,
             )
-        return Admission(key=key.name, hold_id=hold_id, headers=headers, prices=prices)
+        return Admission(
+            key=key.name,
+            hold_id=hold_id,
+            headers=headers + budget,
+            prices=prices,
+            budget_period=key.budget_period,
+        )
+
+    async def spent(self, key: ApiKey) -> int:
+        """What ``key`` has spent in its budget's current period, as the store keeps it
+        (Redis, or this process); 503 ``limits_unavailable`` when the store does not answer
+        within ``timeout_s``."""
+        period = period_of(key.budget_period, self.wall_clock())
+        try:
+            with trio.fail_after(self.timeout_s):
+                return await self.store.spent_in(key.name, period)
+        except (RedisError, trio.TooSlowError) as exc:
+            raise LimitsUnavailable(
+                str(exc) or f"no answer within {self.timeout_s:g} s", retry_after_s=1.0
+            ) from exc
+
+    async def _seed(self, key: str, period: Period) -> None:
+        """Learn ``key``'s spend in ``period`` from the ledger, once, if the in-process store
+        has not seen a period of that kind for it (a key that gained a budget, or changed its
+        period, while serving; at start every key is seeded: :func:`seed_keys`)."""
+        store = self.store
+        if self.seeder is None or not isinstance(store, MemoryStore) or store.knows(key, period):
+            return
+        try:
+            with trio.fail_after(SEED_TIMEOUT_S):
+                spent = await self.seeder(key, period.start)
+        except (OSError, sqlite3.Error, trio.TooSlowError) as exc:
+            log.error(
+                "limits: the spend of key %s could not be read from the usage ledger (%s); "
+                "its budget counts from 0 in this process",
+                key,
+                str(exc) or f"no answer within {SEED_TIMEOUT_S:g} s",
+            )
+            spent = 0
+        store.seed(key, period, spent)
 
     async def _admit(self, args: AdmitArgs) -> AdmitResult | None:
         """The store's answer; None when it failed and the policy is fail_open."""
@@ -213,15 +299,11 @@ class Limits:
         even when the request was cancelled: shielded, with a short deadline."""
         if admission is None or admission.hold_id is None:
             return
-        cost = 0
-        prices = admission.prices.get(record.provider or "")
-        if prices is not None:
-            cost = cost_nanos(
-                prices, record.prompt_tokens, record.cached_tokens, record.completion_tokens
-            )
+        cost = record_cost(admission.prices, record)
+        period = period_of(admission.budget_period, record.started_at)
         with trio.CancelScope(shield=True), trio.move_on_after(self.timeout_s) as late:
             try:
-                await self.store.settle(admission.key, admission.hold_id, cost)
+                await self.store.settle(admission.key, admission.hold_id, cost, period)
             except RedisError as exc:
                 # The hold expires at its TTL; the cost is lost to the budget (logged).
                 self._store_failed(
@@ -232,6 +314,18 @@ class Limits:
                 "settle",
                 f"settling {cost} nanos for key {admission.key} timed out; its hold expires",
             )
+
+
+def renewal(key: ApiKey, period: Period, now: float) -> str:
+    """When ``key``'s budget is whole again, as a 402 says it."""
+    budget = exact_units(nanos(key.budget or 0.0))
+    renews_in = period.renews_in_s(now)
+    if renews_in is None:
+        return f"its budget ({budget} for the key's whole life: budget_period none) does not renew"
+    return (
+        f"its budget ({budget} a {period.kind}, UTC) renews at {period.renews_at()}, "
+        f"in {reset_text(renews_in)}"
+    )
 
 
 def _untaken(decision: RateDecision | None, cost: int) -> RateDecision | None:

@@ -58,6 +58,7 @@ COLUMNS = (
     "filtered",
     "priority",
     "dropped_tools",
+    "cost_nanos",
 )
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS usage (
@@ -79,10 +80,14 @@ CREATE TABLE IF NOT EXISTS usage (
     endpoint TEXT NOT NULL DEFAULT 'chat',
     filtered TEXT,
     priority INTEGER,
-    dropped_tools TEXT
+    dropped_tools TEXT,
+    cost_nanos INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS usage_started_at ON usage (started_at);
 """
+# A key's spend since a time (a budget's period: accounting/spend.py), read from the index
+# alone, never the table; made after the migration, since older ledgers lack cost_nanos.
+SPEND_INDEX = "CREATE INDEX IF NOT EXISTS usage_key_spend ON usage (key, started_at, cost_nanos)"
 _INSERT = f"INSERT INTO usage ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
 
 
@@ -115,6 +120,7 @@ def connect(path: str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.executescript(SCHEMA)
     migrate(conn)
+    conn.execute(SPEND_INDEX)
     return conn
 
 
@@ -124,6 +130,7 @@ ADDED_COLUMNS = {
     "filtered": "TEXT",
     "priority": "INTEGER",
     "dropped_tools": "TEXT",
+    "cost_nanos": "INTEGER NOT NULL DEFAULT 0",
 }
 
 
@@ -156,6 +163,7 @@ def row(record: UsageRecord) -> tuple[object, ...]:
         record.filtered,
         record.priority,
         record.dropped_tools,
+        record.cost_nanos,
     )
 
 

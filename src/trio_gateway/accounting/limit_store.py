@@ -6,10 +6,17 @@ Both stores answer the same two calls with the same meaning:
   whether its budget covers ``budget - spent - live holds >= hold``; if everything passes, take
   the rate units and place the hold (which expires after ``ttl_s``: a replica that dies
   mid-request leaves no hold behind). Nothing is taken when anything refuses.
-- ``settle``: add the real cost to ``spent`` and delete the hold.
+- ``settle``: add the real cost to the spend of the period the request started in, and
+  delete the hold.
+
+A key's spend is kept per budget period (core/budget_period.py): the admission checks the
+period now, a settle adds to the period its request started in, so a budget renews when its
+period ends, and a request admitted just before midnight counts on the day its record says.
 
 Redis keys, under a prefix (default ``tgw:``): ``rl:req:{KEY}`` and ``rl:tok:{KEY}`` (the GCRA
-``tat`` in ms, with a TTL of a minute past it), ``spent:{KEY}`` (nanos, no TTL), ``holds:{KEY}``
+``tat`` in ms, with a TTL of a minute past it), ``spent:{KEY}`` (nanos, no TTL: a budget for the
+key's whole life) or ``spent:{KEY}:day:2026-12-03`` (one per period, kept
+:data:`SPENT_KEPT_AFTER_PERIOD_S` past its end for ``usage --reconcile``), ``holds:{KEY}``
 (a hash hold id → nanos) and ``holdexp:{KEY}`` (a sorted set hold id → expiry in ms): each script
 first drops the expired holds, so a dead replica's holds stop counting at their expiry. The
 API key's name in braces is the keys' hash tag: one script's keys are in one slot (Redis
@@ -24,10 +31,14 @@ import attrs
 import trio
 
 from trio_gateway.accounting.limits import RateDecision, covers, gcra
+from trio_gateway.core.budget_period import LIFETIME, Period, same_kind
 from trio_gateway.redis.client import RedisClient, RedisError
 
 # Bounded in-process state: one entry per key of the keys file, which is bounded itself.
 MAX_LOCAL_HOLDS_PER_KEY = 100_000
+# A period's spend stays in Redis this long after the period ended: `usage --reconcile` can
+# still compare the last one with the ledger, and Redis holds a few periods per key, not all.
+SPENT_KEPT_AFTER_PERIOD_S = 7 * 86400.0
 
 
 @attrs.frozen(kw_only=True)
@@ -40,6 +51,8 @@ class AdmitArgs:
     hold: int  # nanos
     hold_id: str
     ttl_s: float
+    # The budget's period now: its spend is what the budget is checked against.
+    period: Period = LIFETIME
 
 
 @attrs.frozen(kw_only=True)
@@ -54,7 +67,11 @@ class AdmitResult:
 class LimitStore(Protocol):
     async def admit(self, args: AdmitArgs) -> AdmitResult: ...
 
-    async def settle(self, key: str, hold_id: str, cost: int) -> None: ...
+    async def settle(self, key: str, hold_id: str, cost: int, period: Period = LIFETIME) -> None:
+        """``period``: the one the request started in (its record's ``started_at``)."""
+
+    async def spent_in(self, key: str, period: Period) -> int:
+        """What ``key`` has spent in ``period`` (settled; holds aside)."""
 
 
 @attrs.define
@@ -62,11 +79,15 @@ class _KeyState:
     tat_requests: float = 0.0
     tat_tokens: float = 0.0
     spent: int = 0
+    # The period ``spent`` is of; None: no spend known yet (a key with only rate limits).
+    period: str | None = None
     holds: dict[str, tuple[int, float]] = attrs.field(factory=dict)  # id → (nanos, expires)
 
 
 class MemoryStore:
-    """The store of a gateway without Redis: this process's state, lost on restart."""
+    """The store of a gateway without Redis: this process's state. Each key's spend is of one
+    period, the latest it saw (a new period renews it); it is rebuilt from the usage ledger at
+    start (:meth:`seed`, accounting/spend.py), so a restart keeps it."""
 
     def __init__(self) -> None:
         self._keys: dict[str, _KeyState] = {}
@@ -85,6 +106,27 @@ class MemoryStore:
     def spent(self, key: str) -> int:
         return self._keys.get(key, _KeyState()).spent
 
+    async def spent_in(self, key: str, period: Period) -> int:
+        await trio.lowlevel.checkpoint()
+        state = self._keys.get(key, _KeyState())
+        return state.spent if state.period == period.id else 0
+
+    def period_of_spend(self, key: str) -> str | None:
+        return self._keys.get(key, _KeyState()).period
+
+    def knows(self, key: str, period: Period) -> bool:
+        """Whether ``key``'s spend in periods of ``period``'s kind is known: seeded, or counted
+        here since. A later period of a known kind is a renewal, known to be 0 so far."""
+        known = self._keys.get(key, _KeyState()).period
+        return known is not None and same_kind(known, period.id)
+
+    def seed(self, key: str, period: Period, spent: int) -> None:
+        """The spend the ledger knows of ``key`` in ``period``, unless this store learned it
+        meanwhile (another request's seed, or a settle)."""
+        state = self._keys.setdefault(key, _KeyState())
+        if state.period is None or not same_kind(state.period, period.id):
+            state.period, state.spent = period.id, spent
+
     async def admit(self, args: AdmitArgs) -> AdmitResult:
         await trio.lowlevel.checkpoint()
         # No await below: the check and the take are one atomic step, as the Lua script is.
@@ -97,6 +139,9 @@ class MemoryStore:
         if waits:
             return AdmitResult(refused="rate", requests=req, tokens=tok, retry_after_s=max(waits))
         if args.budget is not None:
+            if state.period != args.period.id:
+                # Another period: the budget is whole again.
+                state.period, state.spent = args.period.id, 0
             if not covers(args.budget, state.spent, held, args.hold) or (
                 len(state.holds) >= MAX_LOCAL_HOLDS_PER_KEY
             ):
@@ -110,11 +155,19 @@ class MemoryStore:
         available = 0 if args.budget is None else args.budget - state.spent - held - args.hold
         return AdmitResult(refused=None, requests=req, tokens=tok, available=available)
 
-    async def settle(self, key: str, hold_id: str, cost: int) -> None:
+    async def settle(self, key: str, hold_id: str, cost: int, period: Period = LIFETIME) -> None:
         await trio.lowlevel.checkpoint()
         state = self._state(key, trio.current_time())
         state.holds.pop(hold_id, None)
-        state.spent += cost
+        if state.period == period.id:
+            state.spent += cost
+        elif state.period is None or (
+            same_kind(state.period, period.id) and period.id > state.period
+        ):
+            # The request started in a period the store has not seen yet: it begins there.
+            state.period, state.spent = period.id, cost
+        # Else it started in a period that is over: it counts for nothing now (the ledger
+        # keeps it).
 
 
 # GCRA in Lua, as limits.gcra, in milliseconds. Returns allowed, remaining, reset, retry, tat.
@@ -179,11 +232,14 @@ return answer(0, available)
 """
 )
 
-# KEYS: spent, holds, holdexp. ARGV: hold id, cost.
+# KEYS: spent (of the request's period), holds, holdexp. ARGV: hold id, cost, the spent key's
+# expiry in ms since the epoch (0: none, a budget for the key's whole life).
 SETTLE_SCRIPT = """
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-return redis.call('INCRBY', KEYS[1], ARGV[2])
+local spent = redis.call('INCRBY', KEYS[1], ARGV[2])
+if tonumber(ARGV[3]) > 0 then redis.call('PEXPIREAT', KEYS[1], ARGV[3]) end
+return spent
 """
 
 
@@ -203,9 +259,16 @@ class RedisStore:
         self.client = client
         self.prefix = prefix
 
-    def _keys(self, key: str) -> list[str]:
+    def _keys(self, key: str, period: Period = LIFETIME) -> list[str]:
         p, tag = self.prefix, f"{{{key}}}"
-        return [f"{p}rl:req:{tag}", f"{p}rl:tok:{tag}", f"{p}spent:{tag}", *self._hold_keys(key)]
+        spent = self.spent_key(key, period)
+        return [f"{p}rl:req:{tag}", f"{p}rl:tok:{tag}", spent, *self._hold_keys(key)]
+
+    def spent_key(self, key: str, period: Period = LIFETIME) -> str:
+        """``spent:{KEY}`` for a budget for the key's whole life (as before periods existed),
+        ``spent:{KEY}:day:2026-12-03`` for one period."""
+        suffix = "" if period.end is None else f":{period.id}"
+        return f"{self.prefix}spent:{{{key}}}{suffix}"
 
     def _hold_keys(self, key: str) -> list[str]:
         tag = f"{{{key}}}"
@@ -214,7 +277,7 @@ class RedisStore:
     async def admit(self, args: AdmitArgs) -> AdmitResult:
         reply = await self.client.run_script(
             ADMIT_SCRIPT,
-            self._keys(args.key),
+            self._keys(args.key, args.period),
             [
                 args.rpm or 0,
                 args.tpm or 0,
@@ -239,12 +302,21 @@ class RedisStore:
             refused=refused, requests=req, tokens=tok, retry_after_s=retry_s, available=available
         )
 
-    async def settle(self, key: str, hold_id: str, cost: int) -> None:
-        spent, holds, exp = self._keys(key)[2:]
-        await self.client.run_script(SETTLE_SCRIPT, [spent, holds, exp], [hold_id, cost])
+    async def settle(self, key: str, hold_id: str, cost: int, period: Period = LIFETIME) -> None:
+        spent, holds, exp = self._keys(key, period)[2:]
+        expire_at_ms = 0
+        if period.end is not None:
+            expire_at_ms = round((period.end + SPENT_KEPT_AFTER_PERIOD_S) * 1000)
+        await self.client.run_script(
+            SETTLE_SCRIPT, [spent, holds, exp], [hold_id, cost, expire_at_ms]
+        )
+
+    async def spent_in(self, key: str, period: Period = LIFETIME) -> int:
+        return await self.client.get_int(self.spent_key(key, period))
 
     async def spent(self, key: str) -> int:
-        return await self.client.get_int(self._keys(key)[2])
+        """A budget for the key's whole life: its spend."""
+        return await self.spent_in(key)
 
     async def live_holds(self, key: str) -> int:
         return await self.client.hash_len(self._hold_keys(key)[0])

@@ -37,6 +37,20 @@ def nanos(amount: float) -> int:
     return math.floor(amount * NANOS_PER_UNIT)
 
 
+def exact_units(amount_nanos: int) -> str:
+    """Nanos in the prices' unit, exactly, without trailing zeros: ``4.998765625``, ``5``."""
+    units, fraction = divmod(amount_nanos, NANOS_PER_UNIT)
+    return f"{units}.{fraction:09d}".rstrip("0").rstrip(".")
+
+
+def format_units(amount_nanos: int, places: int = 6) -> str:
+    """Nanos in the prices' unit, to ``places`` decimals, rounded up (as costs are): an amount
+    that is not zero never shows as 0.000000."""
+    scale = 10 ** (9 - places)
+    units, fraction = divmod(-(-amount_nanos // scale), 10**places)
+    return f"{units}.{fraction:0{places}d}"
+
+
 def cost_nanos(prices: Prices, prompt: int, cached: int, completion: int) -> int:
     """What ``prompt`` tokens (``cached`` of them from the cache) and ``completion`` tokens
     cost, rounded up to a nano (a provider's invoice never exceeds the gateway's count)."""
@@ -109,12 +123,31 @@ def _remaining(tat: float, now: float, interval: float, limit: int) -> int:
 
 
 def reset_text(seconds: float) -> str:
-    """OpenAI's spelling of a reset time: ``20ms``, ``1s``, ``6m0s``."""
+    """OpenAI's spelling of a reset time (Go's of a duration): ``20ms``, ``1s``, ``6m0s``,
+    ``25h1m1s``."""
     if seconds < 1:
         return f"{math.ceil(seconds * 1000)}ms"
     whole = math.ceil(seconds)
     minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
     return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def budget_headers(
+    budget: int, remaining: int, renews_in_s: float | None
+) -> list[tuple[bytes, bytes]]:
+    """A budget's headers, in the ``x-ratelimit-*`` family's shape (docs/accounting.md says
+    why these): the budget, what is left of it after this request's hold (never below 0), and,
+    for a budget that renews, until when."""
+    headers = [
+        (b"x-ratelimit-limit-budget", exact_units(budget).encode()),
+        (b"x-ratelimit-remaining-budget", exact_units(max(remaining, 0)).encode()),
+    ]
+    if renews_in_s is not None:
+        headers.append((b"x-ratelimit-reset-budget", reset_text(renews_in_s).encode()))
+    return headers
 
 
 def rate_headers(

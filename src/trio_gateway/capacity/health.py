@@ -9,6 +9,11 @@ A provider that has never answered and whose last probe (or request) failed is `
 still in rotation within ``startup_grace_s`` (a loading vLLM refuses connections too), but
 shown apart from ``starting``, and each failed probe is a warning, because a typo'd
 ``base_url`` fails in exactly the same way and must not look healthy for the whole grace.
+
+Only a refused connection or a timeout can be a server still loading (:func:`could_be_loading`);
+a server that answered is up, so its answered failures (a 5xx, a 401) count as they would after
+the grace, and an answer that the model or the route does not exist (a 404,
+``ModelNotServed``, or a refusal naming ``model``) makes it unhealthy at once.
 """
 
 from __future__ import annotations
@@ -21,7 +26,14 @@ import attrs
 import trio
 
 from trio_gateway.config.schema import ProviderConfig
-from trio_gateway.core.errors import DescriptorsExhausted, GatewayError, RequestError
+from trio_gateway.core.errors import (
+    DescriptorsExhausted,
+    GatewayError,
+    ModelNotServed,
+    RequestError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
 
 log = logging.getLogger("trio_gateway.health")
 
@@ -74,18 +86,30 @@ class ProviderHealth:
         ):
             self._set(State.HEALTHY)
 
-    def failure(self, reason: str, *, now: float) -> None:
+    def failure(self, reason: str, *, now: float, answered: bool = False) -> None:
+        """``answered``: the server answered (it is not loading), so the grace does not
+        hold its failures."""
         self._successes = 0
         self._failures += 1
         self.last_error = reason
+        in_grace = now < self._grace_ends and not answered
         if self.state in (State.STARTING, State.UNREACHABLE) and (
-            now < self._grace_ends or self._failures < self._unhealthy_after
+            in_grace or self._failures < self._unhealthy_after
         ):
             # Never answered: maybe still loading, maybe a wrong address; in rotation until
             # the grace is over, but no longer shown as merely starting.
             self._set(State.UNREACHABLE)
         elif self._failures >= self._unhealthy_after:
             self._set(State.UNHEALTHY)
+
+    def not_serving(self, reason: str) -> None:
+        """The server answered that the configured model or route does not exist: no request
+        can succeed there, loading or not. Unhealthy at once; ``healthy_after`` successes in a
+        row bring it back (the server was fixed)."""
+        self._successes = 0
+        self._failures = max(self._failures + 1, self._unhealthy_after)
+        self.last_error = reason
+        self._set(State.UNHEALTHY)
 
     def grace_left(self, now: float) -> float:
         """Seconds of ``startup_grace_s`` still to run (0 once it is over)."""
@@ -109,6 +133,19 @@ class ProviderHealth:
             last_error=self.last_error,
             upstream_load=self.upstream_load,
         )
+
+
+def could_be_loading(error: GatewayError) -> bool:
+    """Whether a failure could be a server still starting (vLLM loads weights and compiles
+    for minutes and answers nothing meanwhile): a refused connection or a timeout. Anything
+    else came from a server that is up."""
+    return isinstance(error, UpstreamUnreachable | UpstreamTimeout)
+
+
+def names_what_is_not_served(error: RequestError) -> bool:
+    """A refusal of the probe's own request that is about the model, not a parameter: the
+    probe sends no client's model, only the configured one."""
+    return error.param == "model"
 
 
 Probe = Callable[[], Awaitable[None]]
@@ -143,14 +180,19 @@ async def probe_service(
 
     A ``RequestError`` (a 4xx the probe's own request earned, or a request the dialect would not
     send) is neither: the provider answered, so it counts as a success, and the refusal is a
-    configuration error (a model, a family, a field the model refuses), logged at ERROR once
+    configuration error (a model family, a field the model refuses), logged at ERROR once
     per distinct message and kept as the provider's ``last_error`` until real traffic succeeds.
+    But a refusal that the model or the route does not exist (``ModelNotServed``, a refusal
+    naming ``model``) makes the provider unhealthy at once, logged at ERROR once per message:
+    no request can succeed there. A failure that is not a refused connection or a timeout is
+    counted as answered (:func:`could_be_loading`): the start-up grace does not hold it.
     """
     task_status.started()
     refusals: dict[str, None] = {}
     while True:
         before = health.state
         failure: str | None = None
+        answered = False
         try:
             with trio.fail_after(config.probe_timeout_s):
                 await probe()
@@ -158,19 +200,25 @@ async def probe_service(
             failure = f"probe timed out after {config.probe_timeout_s:g} s"
         except DescriptorsExhausted:
             pass  # the gateway's own limit (core/descriptors.py) says nothing of the provider
+        except ModelNotServed as exc:
+            _not_serving(name, health, str(exc), refusals)
         except RequestError as exc:
-            health.success()
-            health.last_error = f"probe request refused: {exc}"
-            _log_refusal(name, exc, refusals)
+            if names_what_is_not_served(exc):
+                _not_serving(name, health, f"probe request refused: {exc}", refusals)
+            else:
+                health.success()
+                health.last_error = f"probe request refused: {exc}"
+                _log_refusal(name, exc, refusals)
         except GatewayError as exc:
             failure = f"probe failed: {exc}"
+            answered = not could_be_loading(exc)
         except Exception:
             log.exception("provider %s: the readiness probe itself failed (a gateway bug)", name)
         else:
             health.success()
             health.upstream_load = await read_load()
         if failure is not None:
-            health.failure(failure, now=trio.current_time())
+            health.failure(failure, now=trio.current_time(), answered=answered)
         if failure is not None and health.state is State.UNREACHABLE:
             log_unreachable(name, config, health, now=trio.current_time())
         else:
@@ -198,13 +246,31 @@ def log_unreachable(
     )
 
 
-def _log_refusal(name: str, exc: RequestError, seen: dict[str, None]) -> None:
-    message = str(exc)
+def _first_time(message: str, seen: dict[str, None]) -> bool:
+    """Whether ``message`` is new to this provider's probe (then remembered, boundedly)."""
     if message in seen:
-        return
+        return False
     if len(seen) >= MAX_LOGGED_REFUSALS:
         del seen[next(iter(seen))]
     seen[message] = None
+    return True
+
+
+def _not_serving(name: str, health: ProviderHealth, reason: str, seen: dict[str, None]) -> None:
+    health.not_serving(reason)
+    if _first_time(reason, seen):
+        log.error(
+            "provider %s: the readiness probe's request names a model or route the server "
+            "does not serve; unhealthy until a probe succeeds (check model and base_url): %s",
+            name,
+            reason,
+        )
+
+
+def _log_refusal(name: str, exc: RequestError, seen: dict[str, None]) -> None:
+    message = str(exc)
+    if not _first_time(message, seen):
+        return
     field = f" (field {exc.param!r})" if exc.param else ""
     log.error(
         "provider %s: the readiness probe's own request was refused%s, a configuration error "

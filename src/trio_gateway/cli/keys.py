@@ -18,12 +18,21 @@ import math
 import os
 import sys
 import tempfile
+import time
+from functools import partial
 from pathlib import Path
 
-from trio_gateway.config.load import ConfigOutline, outline_config
+import trio
+
+from trio_gateway.accounting.ledger import LEDGER_MEMORY, ledger_path
+from trio_gateway.accounting.limits import format_units
+from trio_gateway.accounting.spend import KeySpend, SpendReading, ledger_spend, redis_spend
+from trio_gateway.config.load import ConfigOutline, load_config, outline_config
 from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError
+from trio_gateway.core.budget_period import BUDGET_PERIODS, NO_PERIOD
 from trio_gateway.core.keys import (
     NAME_PATTERN,
+    ApiKey,
     KeyRing,
     KeysFileError,
     hash_key,
@@ -93,13 +102,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     new.add_argument("--rpm", type=_positive_int, help="requests per minute (stored)")
     new.add_argument("--tpm", type=_positive_int, help="tokens per minute (stored)")
-    new.add_argument("--budget", type=_budget, help="spending budget (stored)")
+    new.add_argument("--budget", type=_budget, help="spending budget, in the prices' unit")
+    new.add_argument(
+        "--budget-period",
+        choices=BUDGET_PERIODS,
+        help="the budget renews each UTC day, week (from Monday) or month; none (default): "
+        "it is for the key's whole life",
+    )
+    new.add_argument(
+        "--admin",
+        action="store_true",
+        help="the key may also read /status.json and /metrics (the operator's endpoints)",
+    )
     new.add_argument(
         "--priority",
         type=_priority,
         help="its requests' priority class, lower first (default: the alias's priority)",
     )
-    listing = commands.add_parser("list", help="the keys' names and limits, never the keys")
+    listing = commands.add_parser(
+        "list", help="the keys' names, limits and spend (in each budget's period), never the keys"
+    )
     _file_arguments(listing, "the keys file")
     return parser
 
@@ -193,6 +215,8 @@ def _entry_toml(
     tpm: int | None,
     budget: float | None,
     priority: int | None = None,
+    budget_period: str | None = None,
+    admin: bool = False,
 ) -> str:
     # JSON's string escapes are valid in TOML basic strings.
     lines = [f"[keys.{name}]", f'sha256 = "{digest_hex}"']
@@ -204,8 +228,12 @@ def _entry_toml(
         lines.append(f"tpm = {tpm}")
     if budget is not None:
         lines.append(f"budget = {budget!r}")
+    if budget_period is not None:
+        lines.append(f'budget_period = "{budget_period}"')
     if priority is not None:
         lines.append(f"priority = {priority}")
+    if admin:
+        lines.append("admin = true")
     return "\n".join(lines) + "\n"
 
 
@@ -225,16 +253,31 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def _describe(
-    aliases: tuple[str, ...], rpm: object, tpm: object, budget: object, priority: object = None
-) -> str:
+def _describe(key: ApiKey) -> str:
+    """A key's aliases and limits, as ``keys new`` and ``keys list`` say them."""
+
     def show(value: object) -> str:
         return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
     return (
-        f"aliases: {', '.join(aliases) if aliases else 'all'}; "
-        f"rpm: {show(rpm)}; tpm: {show(tpm)}; budget: {show(budget)}"
-        + ("" if priority is None else f"; priority: {priority}")
+        f"aliases: {', '.join(key.aliases) if key.aliases else 'all'}; "
+        f"rpm: {show(key.rpm)}; tpm: {show(key.tpm)}; budget: {show(key.budget)}"
+        + ("" if key.budget is None else f"; period: {key.budget_period}")
+        + ("" if key.priority is None else f"; priority: {key.priority}")
+        + ("; admin" if key.admin else "")
+    )
+
+
+def _spent(spend: KeySpend | None) -> str:
+    """What a budgeted key spent in its period and what is left, as ``keys list`` says it."""
+    if spend is None:
+        return ""
+    renews = spend.period.renews_at()
+    left = spend.remaining
+    return (
+        ("" if renews is None else f" (renews {renews})")
+        + f"; spent: {'?' if spend.spent is None else format_units(spend.spent)}"
+        + f"; remaining: {'?' if left is None else format_units(left)}"
     )
 
 
@@ -255,9 +298,19 @@ def _new(args: argparse.Namespace) -> int:
             return _fail(exc.source, [*exc.problems, "nothing written"])
         if any(key.name == args.name for key in ring):
             return _fail(str(path), [f"a key named {args.name!r} already exists"])
+    if args.budget_period not in (None, NO_PERIOD) and args.budget is None:
+        return _fail(str(path), ["--budget-period needs --budget", "nothing written"])
     key = new_key()
     entry = _entry_toml(
-        args.name, hash_key(key), args.aliases, args.rpm, args.tpm, args.budget, args.priority
+        args.name,
+        hash_key(key),
+        args.aliases,
+        args.rpm,
+        args.tpm,
+        args.budget,
+        args.priority,
+        args.budget_period,
+        args.admin,
     )
     if not text.strip():
         text = NEW_FILE_HEADER
@@ -269,8 +322,7 @@ def _new(args: argparse.Namespace) -> int:
         write_atomically(path, new_text)
     except OSError as exc:
         return _fail(str(path), [f"cannot write: {exc.strerror or exc}"])
-    described = _describe(args.aliases, args.rpm, args.tpm, args.budget, args.priority)
-    print(f"created key {args.name!r} in {path} ({described})")
+    print(f"created key {args.name!r} in {path} ({_describe(found)})")
     print("the key is shown this once; the file keeps only its SHA-256:")
     print(key)
     return 0
@@ -288,10 +340,46 @@ def _list(args: argparse.Namespace) -> int:
     if not len(ring):
         print(f"{path}: no keys")
         return 0
+    reading = _read_spend(args, ring)
+    spends = {s.key.name: s for s in reading.keys} if reading is not None else {}
+    if reading is not None:
+        print(f"spend: from {reading.source}, in each budget's current period")
+        if reading.problem is not None:
+            print(f"trio-gateway keys: spend unknown: {reading.problem}", file=sys.stderr)
     for key in sorted(ring, key=lambda k: k.name):
-        described = _describe(key.aliases, key.rpm, key.tpm, key.budget, key.priority)
-        print(f"{key.name}  ({described})")
+        print(f"{key.name}  ({_describe(key)}{_spent(spends.get(key.name))})")
     return 0
+
+
+def _read_spend(args: argparse.Namespace, ring: KeyRing) -> SpendReading | None:
+    """Where the gateway of ``--config`` (else ./gateway.toml) keeps spend, read: Redis, else
+    its usage ledger. None when no key has a budget or there is no config to say where."""
+    if not any(k.budget is not None for k in ring):
+        return None
+    # A --keys-file alone may not be ./gateway.toml's: its spend is read with --config only.
+    source = args.config
+    if source is None and args.keys_file is None and Path(DEFAULT_CONFIG_NAME).is_file():
+        source = DEFAULT_CONFIG_NAME
+    if source is None:
+        return None
+    try:
+        config = load_config(source, secrets=False)
+    except ConfigError as exc:
+        print(
+            f"trio-gateway keys: spend not shown: {exc.source}: {exc.problems[0]}", file=sys.stderr
+        )
+        return None
+    now = time.time()
+    if config.redis is not None:
+        return trio.run(partial(redis_spend, config, list(ring), now=now))
+    ledger = ledger_path(config)
+    if ledger is None or ledger == LEDGER_MEMORY:
+        print(
+            f"trio-gateway keys: spend not shown: {source} keeps no usage ledger file",
+            file=sys.stderr,
+        )
+        return None
+    return ledger_spend(ledger, list(ring), now=now)
 
 
 def keys_main(argv: list[str]) -> int:

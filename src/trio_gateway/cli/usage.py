@@ -19,6 +19,8 @@ from pathlib import Path
 from urllib.request import pathname2url
 
 from trio_gateway.accounting.ledger import COLUMNS, LEDGER_MEMORY, ledger_path
+from trio_gateway.accounting.limits import format_units
+from trio_gateway.cli.reconcile import reconcile
 from trio_gateway.config.load import load_config
 from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError
 
@@ -44,6 +46,7 @@ HEADERS = (
     "reasoning",
     "cached",
     "estimated",
+    "cost",
 )
 
 
@@ -73,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
         "--config", default=DEFAULT_CONFIG_NAME, help="config file (default: ./gateway.toml)"
     )
     parser.add_argument("--json", action="store_true", help="one record per line, oldest first")
+    parser.add_argument(
+        "--reconcile",
+        action="store_true",
+        help="with [redis]: each budgeted key's spend in Redis against the ledger's, in its "
+        "current period (exit status 1 when they differ)",
+    )
     return parser
 
 
@@ -80,7 +89,7 @@ def _resolve(args: argparse.Namespace) -> str:
     if args.ledger is not None:
         return str(args.ledger)
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, secrets=False)
     except ConfigError as exc:
         raise SystemExit(f"trio-gateway usage: {exc.source}: {'; '.join(exc.problems)}") from None
     path = ledger_path(config)
@@ -114,19 +123,21 @@ def _with_endpoint(conn: sqlite3.Connection, expression: str) -> str:
         expression = expression.replace("priority", "NULL")
     if "dropped_tools" not in present:  # before the agent fronts: none dropped
         expression = expression.replace("dropped_tools", "NULL")
+    if "cost_nanos" not in present:  # before costs were recorded: none known
+        expression = expression.replace("cost_nanos", "0")
     return expression
 
 
 def table(conn: sqlite3.Connection, by: str, since: float | None) -> list[tuple[object, ...]]:
-    group = _with_endpoint(conn, GROUPS[by]) if by in ("endpoint", "priority") else GROUPS[by]
-    query = f"""
-        SELECT {group} AS grp, count(*),
+    columns = _with_endpoint(
+        conn,
+        f"""{GROUPS[by]} AS grp, count(*),
                sum(outcome = 'completed'), sum(outcome = 'cancelled'),
                sum(outcome = 'failed'), sum(outcome = 'refused'),
                sum(prompt_tokens), sum(completion_tokens), sum(reasoning_tokens),
-               sum(cached_tokens), sum(estimated)
-        FROM usage WHERE started_at >= ? GROUP BY grp ORDER BY grp
-    """
+               sum(cached_tokens), sum(estimated), sum(cost_nanos)""",
+    )
+    query = f"SELECT {columns} FROM usage WHERE started_at >= ? GROUP BY grp ORDER BY grp"
     return list(conn.execute(query, (since if since is not None else float("-inf"),)))
 
 
@@ -142,11 +153,17 @@ def records(conn: sqlite3.Connection, since: float | None) -> list[dict[str, obj
 
 
 def render_table(by: str, rows: list[tuple[object, ...]]) -> str:
+    """The rows of :func:`table` and their total; the cost (its last column, in nanos) in the
+    prices' unit."""
     header = (by, *HEADERS)
-    cells = [tuple(str(v if v is not None else 0) for v in r) for r in rows]
+    counts = [[int(v or 0) for v in r[1:]] for r in rows]  # type: ignore[call-overload]
     if rows:
-        sums = [sum(int(c[i]) for c in cells) for i in range(1, len(header))]
-        cells.append(("total", *(str(n) for n in sums)))
+        counts.append([sum(column) for column in zip(*counts, strict=True)])
+    names = [str(r[0]) for r in rows] + (["total"] if rows else [])
+    cells = [
+        (name, *(str(n) for n in values[:-1]), format_units(values[-1]))
+        for name, values in zip(names, counts, strict=True)
+    ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(header)]
     lines = []
     for line in [header, *cells]:
@@ -159,6 +176,8 @@ def render_table(by: str, rows: list[tuple[object, ...]]) -> str:
 def usage_main(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.reconcile:
+        return reconcile(args.config)
     try:
         since = parse_since(args.since, now=time.time()) if args.since else None
     except argparse.ArgumentTypeError as exc:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.fernet import Fernet
 
+from trio_gateway.core.budget_period import NO_PERIOD
 from trio_gateway.core.filter_match import RegexRefused, pattern_problem, regex_reach
 from trio_gateway.core.keys import KeysFileError, load_keys
 from trio_gateway.core.model_families import TABLES
@@ -219,7 +220,9 @@ def _auth_problems(config: GatewayConfig) -> list[str]:
     return []
 
 
-def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
+def semantic_problems(config: GatewayConfig, environ: Mapping[str, str] | None) -> list[str]:
+    """Every problem of a structurally valid config; ``environ`` None: its secrets are not
+    read (a command that only reads records, ``trio-gateway usage``), so not checked."""
     problems: list[str] = []
     if (err := _parse_listen(config.server.listen)) is not None:
         problems.append(f"{config.listen_origin}: {err}")
@@ -297,7 +300,7 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list
                     problems.append(f"{where}.{key}: must be at least 1")
             if p.startup_grace_s < 0:
                 problems.append(f"{where}.startup_grace_s: must be 0 or more")
-            if p.api_key_env is not None and not environ.get(p.api_key_env):
+            if environ is not None and p.api_key_env and not environ.get(p.api_key_env):
                 problems.append(
                     f"{where}.api_key_env: environment variable {p.api_key_env!r} is not set"
                 )
@@ -393,6 +396,37 @@ UNUSED_KEYS = {
 }
 
 
+_PRICES = ("price_input_per_mtok", "price_cached_input_per_mtok", "price_output_per_mtok")
+
+
+def budget_warnings(config: GatewayConfig) -> list[str]:
+    """Keys whose budget nothing can spend: every provider their aliases reach is free (the
+    prices default to 0), so the budget never runs out. ``check`` and the start-up say so."""
+    keys_file = config.auth.keys_file
+    if keys_file is None:
+        return []
+    try:
+        ring = load_keys(keys_file, known_aliases=config.aliases.keys())
+    except KeysFileError:
+        return []  # a problem of its own, reported as such
+    warnings = []
+    for key in ring:
+        if key.budget is None:
+            continue
+        aliases = key.aliases or tuple(config.aliases)
+        reached = {a: config.aliases[a].providers for a in aliases if a in config.aliases}
+        if any(getattr(p, price) for ps in reached.values() for p in ps for price in _PRICES):
+            continue
+        per = "" if key.budget_period == NO_PERIOD else f" a {key.budget_period}"
+        free = "; ".join(f"{a}: {', '.join(p.name for p in ps)}" for a, ps in reached.items())
+        warnings.append(
+            f"auth.keys_file: {keys_file}: keys.{key.name}.budget: {key.budget:g}{per}, but every "
+            f"provider its aliases reach is free ({free}; every price_*_per_mtok is 0): nothing "
+            "is ever billed to it; give the providers their prices (docs/accounting.md#budgets)"
+        )
+    return warnings
+
+
 def unused_key_warnings(raw: Mapping[str, Any]) -> list[str]:
     """What the file sets that does nothing: accepted must never look like applied."""
     warnings = []
@@ -418,7 +452,7 @@ def raw_secret_problems(raw: dict[str, Any], environ: Mapping[str, str]) -> list
     return problems
 
 
-def _responses_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
+def _responses_problems(config: GatewayConfig, environ: Mapping[str, str] | None) -> list[str]:
     """``[responses]``: a positive TTL and bounds, bounds that hold a record, and a seal key
     that is one."""
     settings = config.responses
@@ -442,7 +476,7 @@ def _responses_problems(config: GatewayConfig, environ: Mapping[str, str]) -> li
                 f"({settings.max_record_bytes}), or no record the gateway stores fits"
             )
     env = settings.seal_key_env
-    if env is not None:
+    if env is not None and environ is not None:
         value = environ.get(env)
         if not value:
             problems.append(f"responses.seal_key_env: environment variable {env!r} is not set")

@@ -16,6 +16,7 @@ from cattrs.errors import ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn, override
 
 from trio_gateway.config.checks import (
+    budget_warnings,
     raw_secret_problems,
     semantic_problems,
     unused_key_warnings,
@@ -230,14 +231,19 @@ def parse_config(
     environ: Mapping[str, str] | None = None,
     listen: str | None = None,
     base_dir: Path | None = None,
+    secrets: bool = True,
 ) -> GatewayConfig:
     """Parse TOML text into a config, or raise :class:`ConfigError` listing every problem.
 
     ``listen`` (``serve --listen``) replaces ``server.listen`` before anything is checked, so
     the checks that depend on it (a non-loopback address needs ``[auth]``) see the real one.
     ``base_dir`` (the config file's directory) is where relative file paths are read from;
-    without it, from the working directory."""
-    env = os.environ if environ is None else environ
+    without it, from the working directory. ``secrets=False``: for a command that reads
+    records and never calls a provider, the providers' and the seal's variables are neither
+    read nor required."""
+    env: Mapping[str, str] | None = os.environ if environ is None else environ
+    if not secrets:
+        env = None
     try:
         raw = tomli.loads(text)
     except tomli.TOMLDecodeError as exc:
@@ -253,7 +259,7 @@ def parse_config(
     if config is None or reference_problems:
         # Value checks need the types right; missing secrets do not, and are worth knowing now.
         # A reference's copy of its provider would repeat the definition's problems.
-        found = problems + raw_secret_problems(raw, env)
+        found = problems + (raw_secret_problems(raw, env) if env is not None else [])
         raise ConfigError(source, reference_problems + _outside(found, references))
     if listen is not None:
         config = attrs.evolve(config, listen_origin="--listen")
@@ -263,11 +269,11 @@ def parse_config(
     keys = {
         p.name: Secret(env[p.api_key_env])
         for p in config.providers().values()
-        if p.api_key_env is not None
+        if p.api_key_env is not None and env is not None
     }
-    warnings = tuple(unused_key_warnings(raw))
+    warnings = tuple(unused_key_warnings(raw)) + tuple(budget_warnings(config))
     seal_env = config.responses.seal_key_env
-    seal_key = Secret(env[seal_env]) if seal_env is not None else None
+    seal_key = Secret(env[seal_env]) if seal_env is not None and env is not None else None
     return attrs.evolve(config, api_keys=keys, seal_key=seal_key, source=source, warnings=warnings)
 
 
@@ -284,12 +290,18 @@ def _read(path: Path) -> str:
 
 
 def load_config(
-    path: str | Path, *, environ: Mapping[str, str] | None = None, listen: str | None = None
+    path: str | Path,
+    *,
+    environ: Mapping[str, str] | None = None,
+    listen: str | None = None,
+    secrets: bool = True,
 ) -> GatewayConfig:
     path = Path(path)
     text = _read(path)
     base_dir = path.absolute().parent
-    return parse_config(text, source=str(path), environ=environ, listen=listen, base_dir=base_dir)
+    return parse_config(
+        text, source=str(path), environ=environ, listen=listen, base_dir=base_dir, secrets=secrets
+    )
 
 
 def resolve_references(raw: dict[str, Any]) -> tuple[list[str], list[str]]:

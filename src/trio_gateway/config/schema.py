@@ -34,6 +34,9 @@ OnSaturated = Literal["spill", "queue"]
 Routing = Literal["round_robin", "least_loaded", "affinity"]
 ROUTINGS: tuple[str, ...] = ("round_robin", "least_loaded", "affinity")
 OnRedisError = Literal["fail_open", "fail_closed"]
+# Who may read the operator's endpoints (/status.json, /metrics, /readyz's detail) when the
+# gateway requires keys: keys marked admin, or anyone.
+StatusAccess = Literal["admin", "open"]
 OnLeaseError = Literal["share", "refuse"]
 UsageSinkKind = Literal["sqlite", "redis_stream", "none"]
 # What `reasoning: false` does on a model that cannot stop reasoning (docs/configuration.md).
@@ -74,6 +77,9 @@ class ServerConfig:
     # Processes serving one listening socket, each a whole gateway (docs/deployment.md).
     # Without [redis], each takes max_inflight // workers of every provider's slots.
     workers: int = 1
+    # With keys required: "admin" (an `admin = true` key reads the operator's endpoints) or
+    # "open" (anyone, as without keys). docs/operations.md#the-operators-endpoints.
+    status: StatusAccess = "admin"
 
 
 @attrs.frozen(kw_only=True)

@@ -24,6 +24,7 @@ occur, never further in.
     │   ├── MethodNotAllowed            405 method_not_allowed
     │   ├── Unauthorized                401 invalid_api_key (WWW-Authenticate: Bearer)
     │   ├── Forbidden                   403 alias_not_allowed
+    │   ├── AdminRequired               403 admin_required (the operator's endpoints)
     │   ├── BudgetExceeded              402 budget_exceeded (the key's budget cannot cover it)
     │   ├── RateLimited                 429 rate_limited (the key's rpm/tpm; Retry-After)
     │   ├── ContentFiltered             400 content_filtered (an input or a block output filter)
@@ -41,7 +42,8 @@ occur, never further in.
     │   ├── UpstreamOverloaded          503 upstream_overloaded (Anthropic 529; Retry-After)
     │   ├── QuotaExhausted              429 quota_exhausted (never retried on that provider)
     │   ├── UpstreamServerError         502 upstream_error
-    │   │   └── UnusableAnswer          502 upstream_error (the vendor answered with no answer)
+    │   │   ├── UnusableAnswer          502 upstream_error (the vendor answered with no answer)
+    │   │   └── ModelNotServed          502 upstream_error (a 404: no such model, or route)
     │   └── UpstreamProtocolError       502 upstream_protocol_error
     ├── AllProvidersFailed              503 upstream_unavailable
     ├── Overloaded                      503 overloaded
@@ -207,6 +209,14 @@ class Forbidden(RequestError):
     status = 403
 
 
+class AdminRequired(RequestError):
+    """A known API key, not marked ``admin = true``, asked for an operator's endpoint
+    (/status.json, /metrics) of a gateway that requires keys."""
+
+    code = "admin_required"
+    status = 403
+
+
 class KeyLimitError(RequestError):
     """A refusal by one of the key's own limits: nothing was sent upstream. Carries the key's
     ``x-ratelimit-*`` headers, as every answer to a rate-limited key does."""
@@ -351,6 +361,14 @@ class UnusableAnswer(UpstreamServerError):
     tried while the client has seen nothing; but the provider is up, so its health does not
     count it as a failure (a model that keeps failing one prompt must not take the provider out
     of rotation for every other request)."""
+
+
+class ModelNotServed(UpstreamServerError):
+    """The vendor answered 404: the configured model does not exist there (vLLM's "The model
+    `x` does not exist.", OpenAI's ``model_not_found``, Anthropic's ``not_found_error``,
+    Gemini's ``NOT_FOUND``), or ``base_url`` leads to no such route. ``upstream_error`` to the
+    client as before; to the readiness probe, a configuration error, not a server still loading
+    (capacity/health.py)."""
 
 
 class UpstreamProtocolError(UpstreamError):

@@ -8,7 +8,9 @@ The keys file is TOML, one table per key, holding the SHA-256 of the key and nev
     rpm = 60                      # optional; stored for rate limits and budgets (not yet used)
     tpm = 100000
     budget = 25.0
+    budget_period = "month"       # optional: day, week, month (UTC calendar) or none (default)
     priority = 0                  # optional; lower first (docs/accounting.md); else the alias's
+    admin = false                 # optional: true lets the key read /status.json and /metrics
 
 Keys are 256 random bits (``secrets.token_urlsafe``), so one SHA-256 is the right hash: there
 is nothing for a slow password hash to protect. A presented key is hashed, then compared with
@@ -34,6 +36,7 @@ from typing import Any
 import attrs
 import tomli
 
+from trio_gateway.core.budget_period import BUDGET_PERIODS, NO_PERIOD
 from trio_gateway.core.errors import Forbidden
 from trio_gateway.core.priority import PRIORITY_MAX, PRIORITY_MIN, PRIORITY_RANGE
 
@@ -43,7 +46,7 @@ KEY_PREFIX = "tgw-"
 KEY_RANDOM_BYTES = 32  # 256 bits; token_urlsafe writes them in 43 characters
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
-_ENTRY_KEYS = ("sha256", "aliases", "rpm", "tpm", "budget", "priority")
+_ENTRY_KEYS = ("sha256", "aliases", "rpm", "tpm", "budget", "budget_period", "priority", "admin")
 
 
 @attrs.frozen(kw_only=True)
@@ -57,8 +60,12 @@ class ApiKey:
     rpm: int | None = None
     tpm: int | None = None
     budget: float | None = None
+    # The budget renews each UTC calendar day, week or month; "none": it is for the key's life.
+    budget_period: str = NO_PERIOD
     # Its requests' priority class (core/priority.py); None: the alias's.
     priority: int | None = None
+    # May read the operator's endpoints (/status.json, /metrics) when keys are required.
+    admin: bool = False
 
     def allows(self, alias: str) -> bool:
         return not self.aliases or alias in self.aliases
@@ -168,6 +175,19 @@ def _entry(
         problems.append(f"{where}.budget: expected a number, got {_kind(budget)}")
     elif budget is not None and not (math.isfinite(budget) and budget >= 0):
         problems.append(f"{where}.budget: must be a finite number, 0 or more")
+    period = raw.get("budget_period", NO_PERIOD)
+    if type(period) is not str or period not in BUDGET_PERIODS:
+        problems.append(
+            f"{where}.budget_period: expected one of {', '.join(BUDGET_PERIODS)}, "
+            f"got {_kind(period)}"
+        )
+    elif period != NO_PERIOD and budget is None:
+        problems.append(
+            f"{where}.budget_period: only with a budget (a period of nothing renews nothing)"
+        )
+    admin = raw.get("admin", False)
+    if type(admin) is not bool:
+        problems.append(f"{where}.admin: expected true or false, got {_kind(admin)}")
     priority = raw.get("priority")
     if priority is not None and (
         type(priority) is not int or not PRIORITY_MIN <= priority <= PRIORITY_MAX
@@ -182,7 +202,9 @@ def _entry(
         rpm=rpm,
         tpm=tpm,
         budget=None if budget is None else float(budget),
+        budget_period=period,
         priority=priority,
+        admin=admin,
     )
     return key, []
 

@@ -87,6 +87,9 @@ class UsageRecord:
     priority: int | None = None
     # The built-in tools an agent front dropped from the request, by type, joined by commas.
     dropped_tools: str | None = None
+    # What it cost, in nanos (1e-9 of the prices' unit: accounting/limits.py), at the prices the
+    # answering provider had when the request was admitted; 0 when nothing answered or is priced.
+    cost_nanos: int = 0
 
     def as_row(self) -> dict[str, object]:
         return attrs.asdict(self)

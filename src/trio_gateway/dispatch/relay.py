@@ -30,7 +30,7 @@ from typing import Protocol
 import attrs
 import trio
 
-from trio_gateway.accounting.admission import Admission
+from trio_gateway.accounting.admission import Admission, prices_of, record_cost
 from trio_gateway.core.errors import ContentFiltered, GatewayError, InternalError, ShuttingDown
 from trio_gateway.core.events import Event, ResponseStarted, Usage
 from trio_gateway.core.filters import OutputBlocked, OutputFilters, StreamFilter
@@ -113,8 +113,11 @@ def record(
     request: ChatRequest,
     request_id: str = "",
     started_wall: float | None = None,
+    admission: Admission | None = None,
 ) -> UsageRecord:
-    """One request's metrics and its one usage record, whichever front served it."""
+    """One request's metrics and its one usage record, whichever front served it. Its cost is
+    at the prices its admission held (what its budget is billed), else at those of the plan's
+    providers."""
     router = plan.router
     error = outcome.error
     provider = outcome.provider or (error.provider if error else None) or ""
@@ -141,6 +144,14 @@ def record(
         priority=request.priority,
         dropped_tools=",".join(request.dropped_tools) or None,
     )
+    if provider:
+        prices = admission.prices if admission is not None and admission.prices else None
+        if prices is None:
+            prices = {p.name: prices_of(p.config) for p in plan.upstreams if p.name == provider}
+        if cost := record_cost(prices, usage_rec):
+            usage_rec = attrs.evolve(usage_rec, cost_nanos=cost)
+            if usage_rec.key is not None:
+                router.today.add(usage_rec.key, cost, usage_rec.started_at)
     router.usage.offer(usage_rec)
     if (context := current_request()) is not None:
         context.record(usage_rec)
@@ -220,6 +231,7 @@ async def relay(
             request=request,
             request_id=request_id,
             started_wall=started_wall,
+            admission=admission,
         )
         if admission is not None:
             # At the prices the request was admitted with (a reload may have changed them, or

@@ -49,7 +49,7 @@ from trio_gateway.core.usage import NULL_SINK, UsageMeter, UsageSink
 from trio_gateway.dispatch.routing import eligible_providers, order_by_health, resolve_alias
 from trio_gateway.ops.drain import Drain
 from trio_gateway.ops.metrics import Metrics, ProviderGauges, ReplicaGauges
-from trio_gateway.ops.status import RecentStats
+from trio_gateway.ops.status import RecentStats, TodaySpend
 from trio_gateway.providers.openai_compatible.replicas import GroupHealth, ReplicaSet, replica_label
 from trio_gateway.providers.registry import dialect_for
 from trio_gateway.providers.upstream import Emit, Upstream
@@ -111,6 +111,8 @@ class Router:
         self.metrics = Metrics(self.gauges)
         # The status page's last minutes (status.py): fed once per request and per spill.
         self.recent = RecentStats(upstreams)
+        # Each key's cost today, for the status page's top keys (fed by relay.record).
+        self.today = TodaySpend()
         # Where every request's usage record goes (server.py sets the configured ledger).
         self.usage: UsageSink = NULL_SINK
         # Budgets and rate limits of keyed requests (server.py sets Redis when configured).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import time
 from functools import partial
@@ -11,7 +10,6 @@ from functools import partial
 import trio
 
 from trio_gateway.accounting.key_store import KeyStore
-from trio_gateway.capacity.health import HealthSnapshot
 from trio_gateway.config.checks import is_loopback
 from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.core.errors import (
@@ -37,23 +35,20 @@ from trio_gateway.fronts.http import (
     Receive,
     Scope,
     Send,
-    send_bytes,
     send_error,
     send_json,
 )
 from trio_gateway.fronts.http import openai_error as openai_error_shape
 from trio_gateway.fronts.messages.events import anthropic_error
 from trio_gateway.fronts.messages.route import handle_count_tokens, handle_messages
+from trio_gateway.fronts.operator import OPERATOR_PATHS, serve_operator
 from trio_gateway.fronts.responses.route import handle_responses, handle_stored
 from trio_gateway.fronts.ws import WebSocketFront
 from trio_gateway.http1.listen import Connections
 from trio_gateway.http1.server import HANG_UP_EXTENSION
 from trio_gateway.ops.access import RequestContext, log_access, request_context
 from trio_gateway.ops.access import current as current_request
-from trio_gateway.ops.metrics import CONTENT_TYPE
-from trio_gateway.ops.status import PAGE, status_document
 from trio_gateway.ops.tracing import clean_request_id, trace_for
-from trio_gateway.providers.openai_compatible.replicas import ReplicaSet
 
 log = logging.getLogger("trio_gateway")
 
@@ -90,7 +85,8 @@ ROUTE_LIST = (
     "GET /status, GET /status.json, "
     "POST /v1/responses, GET /v1/responses/{id}, DELETE /v1/responses/{id}"
 )
-# Paths that need an API key when the gateway has keys; the probes and metrics never do.
+# Paths that need an API key when the gateway has keys; the operator's endpoints have their own
+# rules (fronts/operator.py).
 KEYED_PATHS = frozenset(
     {
         "/v1/chat/completions",
@@ -254,17 +250,10 @@ class GatewayApp:
                 await send_json(send, 200, self._model(model_id, key))
             elif path == "/v1/models":
                 await send_json(send, 200, self._models(key))
-            elif path == "/healthz":
-                # The pid tells apart the workers behind one port ([server] workers).
-                await send_json(send, 200, {"status": "ok", "pid": os.getpid()})
-            elif path == "/readyz":
-                await self._readyz(send)
-            elif path == "/metrics":
-                await self._metrics(send)
-            elif path in ("/", "/status"):
-                await send_bytes(send, 200, PAGE, b"text/html; charset=utf-8")
-            elif path == "/status.json":
-                await send_json(send, 200, self._status())
+            elif path in OPERATOR_PATHS:
+                await serve_operator(
+                    path, scope, send, config=self.config, router=self.router, keys=self.keys
+                )
             else:
                 raise AssertionError(f"route {path} has no handler")
         except ClientGone:
@@ -328,51 +317,6 @@ class GatewayApp:
         )
         self.router.usage.offer(record)
         count_refused(self.router, record)
-
-    async def _readyz(self, send: Send) -> None:
-        """Ready when every alias has a provider that is healthy or still starting."""
-        ready = self.router.ready()
-        not_ready = sorted(alias for alias, providers in ready.items() if not providers)
-        draining = self.router.drain.stopping
-        now = trio.current_time()
-        body = {
-            "status": "draining" if draining else "not_ready" if not_ready else "ready",
-            "aliases_without_provider": not_ready,
-            "providers": {
-                name: _health_json(health.snapshot(now))
-                | _replicas_json(self.router.upstreams.get(name), now)
-                for name, health in self.router.health.items()
-            },
-        }
-        await send_json(send, 503 if not_ready or draining else 200, body)
-
-    def _status(self) -> dict[str, object]:
-        router = self.router
-        return status_document(
-            aliases={
-                alias: [p.name for p in config.providers]
-                for alias, config in self.config.aliases.items()
-            },
-            gauges=router.gauges(),
-            recent=router.recent,
-            now=trio.current_time(),
-            ready=all(router.ready().values()),
-            draining=router.drain.stopping,
-        )
-
-    async def _metrics(self, send: Send) -> None:
-        payload = self.router.metrics.render()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", CONTENT_TYPE.encode()),
-                    (b"content-length", str(len(payload)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": payload, "more_body": False})
 
     def _model(self, model_id: str, key: ApiKey | None) -> dict[str, object]:
         """One alias; one the key may not use is as unknown as one that does not exist."""
@@ -470,19 +414,3 @@ def open_keys(config: GatewayConfig) -> KeyStore | None:
     keys = KeyStore(keys_file, known_aliases=config.aliases.keys())
     log.info("auth: %s from %s", counted(len(keys.ring()), "key"), keys_file)
     return keys
-
-
-def _health_json(snap: HealthSnapshot) -> dict[str, object]:
-    return {
-        "state": snap.state.value,
-        "cooling_down": snap.cooling_down,
-        "last_error": snap.last_error,
-        "upstream_load": snap.upstream_load,
-    }
-
-
-def _replicas_json(provider: object, now: float) -> dict[str, object]:
-    """A replicated provider's replicas, each as a provider is shown."""
-    if not isinstance(provider, ReplicaSet):
-        return {}
-    return {"replicas": {r.name: _health_json(r.health.snapshot(now)) for r in provider.replicas}}

@@ -6,6 +6,8 @@ import gc
 import logging
 import random
 import socket
+import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
@@ -16,14 +18,16 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
 
 from trio_gateway.accounting.admission import open_limits
-from trio_gateway.accounting.ledger import QueuedSink, ledger_path
+from trio_gateway.accounting.ledger import LEDGER_MEMORY, QueuedSink, SQLiteLedger, ledger_path
 from trio_gateway.accounting.response_sqlite import SQLiteResponseStore
 from trio_gateway.accounting.response_store import open_response_store
 from trio_gateway.accounting.sinks import open_usage_sink
+from trio_gateway.accounting.spend import LedgerSpend, open_spend
 from trio_gateway.capacity.gate import LeaseBroker
 from trio_gateway.capacity.lease_metrics import LeaseCollector
 from trio_gateway.config.load import parse_hostport
 from trio_gateway.config.schema import GatewayConfig
+from trio_gateway.core.budget_period import period_of
 from trio_gateway.core.usage import UsageSink
 from trio_gateway.dispatch.live import Gates, Running, open_provider, serve_services
 from trio_gateway.dispatch.router import Provider, Router
@@ -254,7 +258,9 @@ async def _serve_gateway(
         router.limits = open_limits(config, redis)
         if config.redis is not None:
             log.info(
-                "limits: budgets and rate limits in %s",
+                "limits: budgets and rate limits in %s: spend lives there, shared by the "
+                "replicas and kept across restarts (`trio-gateway usage --reconcile` compares "
+                "it with the ledger)",
                 parse_redis_url(config.redis.url).display(),
             )
         router.metrics.registry.register(router.limits.collector())
@@ -271,6 +277,7 @@ async def _serve_gateway(
             one.services = await nursery.start(serve_services, one)
         connections = Connections()
         app = GatewayApp(config, router, connections)
+        await _rebuild_spend(config, router, app, usage, stack)
         responses = open_response_store(config, ledger_path(config), redis)
         if isinstance(responses, SQLiteResponseStore):
             stack.push_async_callback(responses.aclose)
@@ -366,6 +373,34 @@ async def start_simulators(config: GatewayConfig, nursery: trio.Nursery) -> dict
             )
         log.info("simulator %s serving on %s", name, simulators[name].base_url)
     return simulators
+
+
+async def _rebuild_spend(
+    config: GatewayConfig, router: Router, app: GatewayApp, usage: UsageSink, stack: AsyncExitStack
+) -> None:
+    """Without Redis, each key's spend in its budget's period from the usage ledger (and each
+    key's cost today, for the status page), so that budgets hold across a restart."""
+    if app.keys is None:
+        return  # no keys, no budgets
+    ledger = usage.path if isinstance(usage, SQLiteLedger) else None
+    why = f"[usage] sink = {config.usage.sink!r}"
+    if ledger == LEDGER_MEMORY:
+        ledger, why = None, "the usage ledger is in memory"
+    elif ledger is None and config.usage.sink == "sqlite":
+        why = '[usage] ledger = "none"'
+    now = time.time()
+    spend = await open_spend(router.limits, ledger, list(app.keys.ring()), why_none=why, now=now)
+    if ledger is not None:
+        today = period_of("day", now)
+        reader = spend if spend is not None else LedgerSpend(ledger)
+        try:
+            router.today.seed(now, await reader.by_key_since(today.start))
+        except sqlite3.Error as exc:
+            log.warning("status: today's costs could not be read from %s: %s", ledger, exc)
+        if spend is None:
+            reader.close()
+    if spend is not None:
+        stack.callback(spend.close)
 
 
 def _lease_broker(config: GatewayConfig, redis: RedisClient | None) -> LeaseBroker | None:

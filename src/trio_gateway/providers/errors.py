@@ -15,6 +15,7 @@ from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
+    ModelNotServed,
     UpstreamAuthFailed,
     UpstreamError,
     UpstreamOverloaded,
@@ -90,7 +91,7 @@ def classify_status(
             provider=provider,
         )
     if status == 404:
-        return UpstreamServerError(
+        return ModelNotServed(
             f"{provider} does not serve the configured model (HTTP 404): {message}",
             provider=provider,
         )

@@ -13,6 +13,7 @@ from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
+    ModelNotServed,
     QuotaExhausted,
     UpstreamAuthFailed,
     UpstreamOverloaded,
@@ -100,7 +101,7 @@ def _classify(
         )
     if status == 404:
         # The message names the model ("model: claude-..."): the configuration is wrong.
-        return UpstreamServerError(
+        return ModelNotServed(
             f"{provider}: anthropic does not serve the configured model ({where}): {message}",
             provider=provider,
         )

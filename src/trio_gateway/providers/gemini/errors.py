@@ -14,6 +14,7 @@ from trio_gateway.core.errors import (
     ContextLengthExceeded,
     GatewayError,
     InvalidRequest,
+    ModelNotServed,
     QuotaExhausted,
     UpstreamAuthFailed,
     UpstreamOverloaded,
@@ -232,7 +233,7 @@ def classify_status(
     if http_status == 404:
         # The message names the model ("models/x is not found for API version v1beta", "Publisher
         # Model `projects/.../models/x` was not found"): the configuration is wrong.
-        return UpstreamServerError(
+        return ModelNotServed(
             f"{provider}: google does not serve the configured model ({where}): {message}",
             provider=provider,
         )
