@@ -440,7 +440,8 @@ def _reasoning(body: Json, chat: Json, max_tokens: int | None) -> None:
         config = _obj("output_config", config)
         if config.get("effort") is not None:
             wanted = config["effort"]
-            if wanted not in EFFORTS:
+            # A list or an object is no key of EFFORTS (nor hashable): refused as any other.
+            if not isinstance(wanted, str) or wanted not in EFFORTS:
                 raise _fail("output_config.effort", f"Input should be one of {', '.join(EFFORTS)}")
             effort = EFFORTS[wanted]
         if config.get("format") is not None:

@@ -1,0 +1,219 @@
+"""A client's JSON text read as RFC 8259 has it, and the bounds on a body every front shares.
+
+Every front reads its body here (``request.read_chat_json``), and so does the WebSocket's
+message codec: what is refused, and how it is worded, is the same on each.
+
+- **What JSON is.** No ``NaN`` or ``Infinity``; no number a double or an int cannot hold
+  (``1e400``, an integer past Python's ``int_max_str_digits``, 4,300 digits); no lone
+  surrogate (``"\\ud800"``: half of a UTF-16 pair, which UTF-8 cannot encode, so no upstream
+  could be sent it; OpenAI refuses it as invalid JSON too); text that is not UTF-8 (or UTF-16
+  or 32, which ``json`` reads); nesting past the parser. Each refusal says where: line and
+  column, as ``json`` says it. Duplicate keys are read as ``json`` reads them: the last wins
+  (the body is serialized again for the provider, so no reader downstream sees the others).
+- **Bounds.** :data:`MAX_CONTENT_PARTS`, messages and the parts of their content counted
+  together, where a front says they are (:data:`CHAT_PARTS`, ...); nesting is bounded by
+  ``validation.MAX_DEPTH``.
+
+msgspec reads what it accepts (C, strict: the same values as ``json`` for every text it
+accepts, at a half to a quarter of the cost); a text it refuses is read again by ``json``, which
+says where a syntax error is, and a scan of its tokens finds the rest. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, Final, TypeAlias
+
+import msgspec
+
+from trio_gateway.core.validation import MAX_DEPTH
+from trio_gateway.core.validation_values import invalid
+
+# Messages and the parts of their content (text blocks, images, tool results), counted
+# together, in one request. The cost of reading, checking, translating and filtering a body
+# grows with them as much as with its bytes: a 4 MiB body of 130,000 text blocks took 1.9 s
+# of CPU before it was refused. An agent's conversation near a 1M-token context carries a few
+# thousand; a body past this is not a conversation.
+MAX_CONTENT_PARTS: Final = 20_000
+
+# Where a front's messages and their parts are: paths of keys from the body, "*" for every
+# item of an array; the arrays found there are counted (their items, not what they hold).
+PartPaths: TypeAlias = Sequence[Sequence[str]]
+CHAT_PARTS: Final[PartPaths] = (("messages",), ("messages", "*", "content"))
+
+_FAST = msgspec.json.Decoder()
+# Reads what msgspec refused, to say why: NaN and lone surrogates it takes, for the scan to
+# place them. json.loads with any argument builds a decoder per call: this one is built once.
+_LENIENT = json.JSONDecoder()
+_UNREAD = object()
+
+# JSON's tokens, enough to find what the scan refuses: strings (keys too), brackets, numbers,
+# and the constants Python's json reads.
+_TOKEN = re.compile(
+    r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]|[\]}]|NaN|-?Infinity|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?',
+    re.DOTALL,
+)
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.DOTALL)
+_SURROGATE_CHAR = re.compile("[\ud800-\udfff]")
+_HIGH = range(0xD800, 0xDC00)
+_LOW = range(0xDC00, 0xE000)
+
+
+class JSONRefused(ValueError):
+    """A text that is not JSON as the gateway reads it: ``reason``, and where (``line`` and
+    ``column`` from 1, as ``json.JSONDecodeError`` counts them) when a place is known."""
+
+    def __init__(self, reason: str, text: str = "", pos: int | None = None) -> None:
+        self.reason = reason
+        self.pos = pos
+        self.line = self.column = 0
+        if pos is not None:
+            self.line = text.count("\n", 0, pos) + 1
+            self.column = pos - text.rfind("\n", 0, pos)
+            reason = f"{reason} at line {self.line} column {self.column}"
+        super().__init__(reason)
+
+
+def loads(raw: bytes | str) -> Any:
+    """JSON as the RFC has it (the module's doc): the value, or :class:`JSONRefused`, or
+    ``UnicodeDecodeError`` for bytes that are not text. Bytes are read as ``json.loads``
+    reads them (UTF-8, 16 or 32, a UTF-8 BOM skipped), and a text starting with a BOM is
+    refused as it refuses it."""
+    try:
+        return _FAST.decode(raw)
+    except (msgspec.DecodeError, RecursionError, UnicodeError):
+        # UnicodeError: a str holding a lone surrogate, which msgspec cannot encode.
+        pass
+    return _read_refused(raw)
+
+
+def _read_refused(raw: bytes | str) -> Any:
+    """What msgspec refused: its refusal placed, or its value where ``json`` reads it and the
+    scan finds nothing wrong (UTF-16, a UTF-8 BOM)."""
+    if isinstance(raw, str):
+        if raw.startswith("\ufeff"):
+            raise JSONRefused("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
+        text = raw
+    else:
+        text = raw.decode(json.detect_encoding(raw))
+    try:
+        value = _LENIENT.decode(text)
+    except json.JSONDecodeError as exc:
+        raise JSONRefused(exc.msg, text, exc.pos) from None
+    except (RecursionError, ValueError):
+        # Nested past the parser, or an integer past int's digits: the scan finds where.
+        value = _UNREAD
+    # Nesting within the parser is refused later, by validation, naming the path; past it, the
+    # scan places it (past MAX_DEPTH: the parser's own depth depends on the caller's stack).
+    _scan(text, MAX_DEPTH if value is _UNREAD else None)
+    if value is _UNREAD:
+        raise JSONRefused("nested too deeply")
+    return value
+
+
+def _scan(text: str, max_depth: int | None) -> None:
+    """Raise at the first token of a JSON text ``json`` read (or read until its nesting or an
+    integer stopped it) that is not JSON as RFC 8259 has it, or that nests past ``max_depth``."""
+    depth = 0
+    digits = sys.get_int_max_str_digits()
+    for match in _TOKEN.finditer(text):
+        token = match.group()
+        first = token[0]
+        if first == '"':
+            if "\\u" in token or _SURROGATE_CHAR.search(token):
+                _surrogates(text, match.start(), token)
+        elif first in "[{":
+            depth += 1
+            if max_depth is not None and depth > max_depth:
+                raise JSONRefused(
+                    f"nested too deeply (more than {max_depth} levels of objects and arrays)",
+                    text,
+                    match.start(),
+                )
+        elif first in "]}":
+            depth -= 1
+        elif token == "NaN" or token.endswith("Infinity"):
+            raise JSONRefused(f"{token} is not a JSON value", text, match.start())
+        elif not any(c in token for c in ".eE"):
+            if digits and len(token.lstrip("-")) > digits:
+                raise JSONRefused(
+                    f"an integer of {len(token.lstrip('-'))} digits (at most {digits})",
+                    text,
+                    match.start(),
+                )
+        elif math.isinf(float(token)):
+            raise JSONRefused(
+                "a number out of range (past a double's 1.8e308)", text, match.start()
+            )
+
+
+def _surrogates(text: str, start: int, token: str) -> None:
+    """Raise at a lone surrogate in a string token (at ``start`` in ``text``): an escape of
+    one half of a UTF-16 pair that the other half does not follow or precede, or the
+    character itself (a ``str`` body can hold one)."""
+    raw = _SURROGATE_CHAR.search(token)
+    if raw is not None:
+        raise JSONRefused(_lone(ord(raw.group())), text, start + raw.start())
+    high_at = high_end = -1
+    for escape in _ESCAPE.finditer(token):
+        hex_digits = escape.group(1)
+        code = int(hex_digits, 16) if hex_digits is not None else -1
+        if high_at >= 0:
+            if code in _LOW and escape.start() == high_end:
+                high_at = -1
+                continue
+            raise JSONRefused(
+                _lone(int(token[high_at + 2 : high_at + 6], 16)), text, start + high_at
+            )
+        if code in _HIGH:
+            high_at, high_end = escape.start(), escape.end()
+        elif code in _LOW:
+            raise JSONRefused(_lone(code), text, start + escape.start())
+    if high_at >= 0:
+        raise JSONRefused(_lone(int(token[high_at + 2 : high_at + 6], 16)), text, start + high_at)
+
+
+def _lone(code: int) -> str:
+    return f"a lone surrogate \\u{code:04x} (half of a UTF-16 pair, not a character)"
+
+
+def check_parts(body: object, paths: PartPaths) -> None:
+    """Refuse a body with more than :data:`MAX_CONTENT_PARTS` items in the arrays at
+    ``paths``, naming the first item past the bound."""
+    counted = 0
+    for path in paths:
+        for trail, items in _arrays(body, path, ()):
+            if counted + len(items) > MAX_CONTENT_PARTS:
+                where = _render((*trail, MAX_CONTENT_PARTS - counted))
+                raise invalid(
+                    where,
+                    f"too many content parts. Expected at most {MAX_CONTENT_PARTS} messages "
+                    "and content parts in the request body (MAX_CONTENT_PARTS), but got more.",
+                )
+            counted += len(items)
+
+
+Trail: TypeAlias = tuple[str | int, ...]
+
+
+def _arrays(value: object, path: Sequence[str], trail: Trail) -> Iterator[tuple[Trail, list[Any]]]:
+    """The arrays at ``path`` under ``value`` (found at ``trail``), with where each is."""
+    if not path:
+        if isinstance(value, list):
+            yield trail, value
+        return
+    key, rest = path[0], path[1:]
+    if key != "*":
+        if isinstance(value, dict):
+            yield from _arrays(value.get(key), rest, (*trail, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _arrays(item, rest, (*trail, i))
+
+
+def _render(trail: Trail) -> str:
+    return "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in trail)[1:]
