@@ -4,16 +4,19 @@ giving exactly those values; and the bound on content parts."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import math
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from trio_gateway.core import body
 from trio_gateway.core.body import (
     CHAT_PARTS,
     MAX_CONTENT_PARTS,
@@ -188,6 +191,26 @@ def test_the_reader_reads_what_json_reads_and_refuses_what_the_rfc_does(raw: byt
 
 
 @settings(max_examples=300, deadline=None)
+@given(raw=TEXTS | RAW)
+def test_a_text_read_in_pieces_is_read_as_a_whole_one(raw: bytes | str) -> None:
+    """Past PIECE_BYTES (here 8 bytes, so that every container is cut), the same values and
+    refusals, placed where a whole reading places them."""
+    whole = outcome(lambda: loads(raw))
+    with mock.patch.object(body, "PIECE_BYTES", 8):
+        cut = outcome(lambda: loads(raw))
+    assert cut[0] == whole[0] and same(cut[1], whole[1])
+
+
+def test_a_fault_deep_in_a_big_text_is_placed_in_the_whole_text() -> None:
+    parts = [{"type": "text", "text": "x"}] * 5000
+    raw = json.dumps({"messages": [{"content": parts}, {"content": "\ud800"}]}).encode()
+    assert len(raw) > body.PIECE_BYTES
+    column = raw.index(rb"\ud800") + 1
+    with pytest.raises(JSONRefused, match=f"at line 1 column {column}$"):
+        loads(raw)
+
+
+@settings(max_examples=300, deadline=None)
 @given(raw=TEXTS.map(str.encode) | RAW)
 def test_msgspec_gives_json_s_values_for_every_text_it_takes(raw: bytes) -> None:
     """The fast path is only a shortcut: where msgspec reads a body, json reads it the same."""
@@ -220,8 +243,64 @@ def test_many_messages_count_as_parts_and_shapes_not_arrays_count_nothing() -> N
         check_parts({"messages": many}, CHAT_PARTS)
     assert caught.value.param == f"messages[{MAX_CONTENT_PARTS}]"
     shapes: list[object] = [{}, {"messages": {}}, {"messages": ["x", 3, {"content": {}}]}, [1], "x"]
-    for body in shapes:
-        check_parts(body, CHAT_PARTS)
+    for shape in shapes:
+        check_parts(shape, CHAT_PARTS)
+
+
+PART = st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=3)})
+SHAPED = st.fixed_dictionaries(
+    {
+        "system": st.lists(PART, max_size=3) | st.text(max_size=3),
+        "messages": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "role": st.just("user"),
+                    "content": st.lists(
+                        PART | st.fixed_dictionaries({"content": st.lists(PART, max_size=3)}),
+                        max_size=4,
+                    )
+                    | st.text(max_size=3),
+                }
+            ),
+            max_size=4,
+        ),
+        "*": st.lists(PART, max_size=2),
+    }
+)
+MESSAGES_SHAPE = (
+    ("system",),
+    ("messages",),
+    ("messages", "*", "content"),
+    ("messages", "*", "content", "*", "content"),
+)
+
+
+def refusal_of(read: Callable[[], object]) -> tuple[str, str | None] | None:
+    try:
+        read()
+    except InvalidRequest as exc:
+        return exc.message, exc.param
+    return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=SHAPED | VALUES,
+    bound=st.integers(min_value=0, max_value=12),
+    piece=st.sampled_from([8, 40, 10**6]),
+)
+def test_parts_counted_while_reading_are_counted_as_in_the_value(
+    value: Any, bound: int, piece: int
+) -> None:
+    """In pieces (the arrays counted before their items are read) or whole, a body is refused
+    at the same part as :func:`check_parts` of its value refuses it, or at none."""
+    raw = json.dumps(value).encode()
+    if json_reading(raw)[0] != "value":
+        return
+    with mock.patch.object(body, "MAX_CONTENT_PARTS", bound):
+        expected = refusal_of(lambda: check_parts(json.loads(raw), MESSAGES_SHAPE))
+        with mock.patch.object(body, "PIECE_BYTES", piece):
+            assert refusal_of(lambda: loads(raw, MESSAGES_SHAPE)) == expected
 
 
 def test_a_chat_body_of_too_many_parts_is_refused_as_read() -> None:
@@ -234,3 +313,20 @@ def test_a_chat_body_of_too_many_parts_is_refused_as_read() -> None:
     assert read_chat_json(raw)["model"] == "m"
     with pytest.raises(InvalidRequest):
         read_chat_json(raw, CHAT_PARTS)
+
+
+def test_the_reader_hands_over_between_the_pieces_of_a_big_text_only() -> None:
+    calls: list[None] = []
+    parts = [{"type": "text", "text": "x"}] * 5000
+    big = json.dumps({"messages": [{"content": parts}]}).encode()
+    assert len(big) > body.PIECE_BYTES
+
+    def read(raw: bytes) -> int:
+        calls.clear()
+        body.BETWEEN_PIECES.set(lambda: calls.append(None))
+        loads(raw)
+        return len(calls)
+
+    # One hand-over per level read holding the GIL: the body, messages, the message, content.
+    assert contextvars.copy_context().run(read, big) == 4
+    assert contextvars.copy_context().run(read, b'{"messages": []}') == 0

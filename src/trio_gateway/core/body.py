@@ -25,7 +25,8 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Any, Final, TypeAlias
 
 import msgspec
@@ -45,7 +46,30 @@ MAX_CONTENT_PARTS: Final = 20_000
 PartPaths: TypeAlias = Sequence[Sequence[str]]
 CHAT_PARTS: Final[PartPaths] = (("messages",), ("messages", "*", "content"))
 
+# A text past this is read in pieces (:func:`_pieces`): msgspec reads 64 KiB in well under a
+# millisecond, and 4 MiB of small objects in 60 to 300 ms (a loaded 2-core machine), all of
+# it holding the GIL, which stops the event loop however the work is threaded.
+PIECE_BYTES: Final = 64 * 1024
+# Pieces are cut down to this level (a part's text, in every front's shape, is at most
+# seven deep); past it a value is read whole. Each level reads its bytes again.
+MAX_PIECE_DEPTH: Final = 8
+# Whitespace that may come before a value's first character, looked through.
+_LEAD_BYTES: Final = 64
+
+
+def _nothing() -> None:
+    pass
+
+
+# Called after each piece that held the GIL for a whole big text (a level of it): the shell
+# that reads a body in a worker thread sets it to a short sleep (fronts/off_loop.py), so that
+# the event loop's thread, which may have waited that long, runs at once, without the GIL's
+# 5 ms of contention per turn. Nothing elsewhere (where it would sleep the loop itself).
+BETWEEN_PIECES: ContextVar[Callable[[], None]] = ContextVar("between_pieces", default=_nothing)
+
 _FAST = msgspec.json.Decoder()
+_OBJECT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
 # Reads what msgspec refused, to say why: NaN and lone surrogates it takes, for the scan to
 # place them. json.loads with any argument builds a decoder per call: this one is built once.
 _LENIENT = json.JSONDecoder()
@@ -78,17 +102,53 @@ class JSONRefused(ValueError):
         super().__init__(reason)
 
 
-def loads(raw: bytes | str) -> Any:
+def loads(raw: bytes | str, parts: PartPaths = ()) -> Any:
     """JSON as the RFC has it (the module's doc): the value, or :class:`JSONRefused`, or
     ``UnicodeDecodeError`` for bytes that are not text. Bytes are read as ``json.loads``
     reads them (UTF-8, 16 or 32, a UTF-8 BOM skipped), and a text starting with a BOM is
-    refused as it refuses it."""
+    refused as it refuses it. With ``parts``, a body past :data:`MAX_CONTENT_PARTS` is
+    refused as :func:`check_parts` refuses it, in a big text as soon as the arrays are
+    counted, before their items are read."""
+    wanted = _paths(parts)
     try:
-        return _FAST.decode(raw)
+        if len(raw) <= PIECE_BYTES:
+            value = _FAST.decode(raw)
+        else:
+            utf8 = raw.encode() if isinstance(raw, str) else raw
+            return _pieces(utf8, 0, (), wanted, _Count())
     except (msgspec.DecodeError, RecursionError, UnicodeError):
-        # UnicodeError: a str holding a lone surrogate, which msgspec cannot encode.
-        pass
-    return _read_refused(raw)
+        # UnicodeError: a str holding a lone surrogate, which UTF-8 cannot encode.
+        value = _read_refused(raw)
+    _count(value, (), wanted, _Count())
+    return value
+
+
+def _pieces(raw: bytes | msgspec.Raw, depth: int, trail: Trail, paths: Paths, count: _Count) -> Any:
+    """A big text read in pieces, none past :data:`PIECE_BYTES` or one level of an array or
+    object: each a call of its own into msgspec, which holds the GIL until it returns; between
+    them another thread (the event loop's, when a front reads a body in a worker) may run.
+    The parts at ``paths`` below it are counted as they come, in the order of the text."""
+    if len(memoryview(raw)) > PIECE_BYTES and depth < MAX_PIECE_DEPTH:
+        first = bytes(memoryview(raw)[:_LEAD_BYTES]).lstrip()[:1]
+        if first == b"{":
+            fields = _OBJECT.decode(raw)
+            BETWEEN_PIECES.get()()
+            return {
+                key: _pieces(item, depth + 1, (*trail, key), _under(paths, key), count)
+                for key, item in fields.items()
+            }
+        if first == b"[":
+            items = _ARRAY.decode(raw)
+            BETWEEN_PIECES.get()()
+            if () in paths:
+                count.add(len(items), trail)
+            below = _below(paths, _ITEM)
+            return [
+                _pieces(item, depth + 1, (*trail, i), below, count) for i, item in enumerate(items)
+            ]
+    value = _FAST.decode(raw)
+    _count(value, trail, paths, count)
+    return value
 
 
 def _read_refused(raw: bytes | str) -> Any:
@@ -183,36 +243,64 @@ def _lone(code: int) -> str:
 
 def check_parts(body: object, paths: PartPaths) -> None:
     """Refuse a body with more than :data:`MAX_CONTENT_PARTS` items in the arrays at
-    ``paths``, naming the first item past the bound."""
-    counted = 0
-    for path in paths:
-        for trail, items in _arrays(body, path, ()):
-            if counted + len(items) > MAX_CONTENT_PARTS:
-                where = _render((*trail, MAX_CONTENT_PARTS - counted))
-                raise invalid(
-                    where,
-                    f"too many content parts. Expected at most {MAX_CONTENT_PARTS} messages "
-                    "and content parts in the request body (MAX_CONTENT_PARTS), but got more.",
-                )
-            counted += len(items)
+    ``paths``, naming the first item past the bound, the arrays counted in the order of the
+    text (an array before what it holds)."""
+    _count(body, (), _paths(paths), _Count())
 
 
+# A path's step that stands for every item of an array; a tuple of paths still to follow.
+_ITEM: Final = "*"
+Paths: TypeAlias = tuple[tuple[str, ...], ...]
 Trail: TypeAlias = tuple[str | int, ...]
 
 
-def _arrays(value: object, path: Sequence[str], trail: Trail) -> Iterator[tuple[Trail, list[Any]]]:
-    """The arrays at ``path`` under ``value`` (found at ``trail``), with where each is."""
-    if not path:
-        if isinstance(value, list):
-            yield trail, value
+def _paths(parts: PartPaths) -> Paths:
+    return tuple(tuple(path) for path in parts)
+
+
+def _below(paths: Paths, step: str) -> Paths:
+    """The paths to follow under a key (or, with :data:`_ITEM`, an item) of the node they
+    were followed to."""
+    if not paths:
+        return paths
+    return tuple(path[1:] for path in paths if path and path[0] == step)
+
+
+def _under(paths: Paths, key: str) -> Paths:
+    """:func:`_below` a key of an object: a key "*" is no item of an array."""
+    return () if key == _ITEM else _below(paths, key)
+
+
+class _Count:
+    """The parts counted so far in one body."""
+
+    def __init__(self) -> None:
+        self.counted = 0
+
+    def add(self, items: int, trail: Trail) -> None:
+        if self.counted + items > MAX_CONTENT_PARTS:
+            where = _render((*trail, MAX_CONTENT_PARTS - self.counted))
+            raise invalid(
+                where,
+                f"too many content parts. Expected at most {MAX_CONTENT_PARTS} messages "
+                "and content parts in the request body (MAX_CONTENT_PARTS), but got more.",
+            )
+        self.counted += items
+
+
+def _count(value: object, trail: Trail, paths: Paths, count: _Count) -> None:
+    if not paths:
         return
-    key, rest = path[0], path[1:]
-    if key != "*":
-        if isinstance(value, dict):
-            yield from _arrays(value.get(key), rest, (*trail, key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _arrays(item, rest, (*trail, i))
+    if isinstance(value, list):
+        if () in paths:
+            count.add(len(value), trail)
+        below = _below(paths, _ITEM)
+        if below:
+            for i, item in enumerate(value):
+                _count(item, (*trail, i), below, count)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _count(item, (*trail, key), _under(paths, key), count)
 
 
 def _render(trail: Trail) -> str:

@@ -54,6 +54,9 @@ class ChatRequest:
     # Its priority class, lower first (core/priority.py): the key's or the alias's, or lower as
     # the client asked. Orders the gateway's queues, and goes to vLLM as its `priority`.
     priority: int = 0
+    # The alias's input filters passed it (Router.screen): set where a front scanned it off
+    # the event loop, so that planning does not scan it again.
+    screened: bool = False
     # The prompt's estimate (usage.estimate_prompt_tokens), taken when the body is released.
     _prompt_estimate: int | None = attrs.field(default=None, init=False, repr=False)
 
@@ -123,13 +126,11 @@ def read_chat_json(raw: bytes, parts: PartPaths = ()) -> Any:
     Every front reads its body here, apart from its validation, to learn the alias it names
     (:func:`requested_alias`) before validation can refuse it."""
     try:
-        body = loads(raw)
+        return loads(raw, parts)
     except JSONRefused as exc:
         raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
     except UnicodeDecodeError as exc:
         raise InvalidJSON(f"request body is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    check_parts(body, parts)
-    return body
 
 
 def requested_alias(body: object) -> str | None:

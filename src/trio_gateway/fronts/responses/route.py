@@ -16,6 +16,7 @@ import secrets
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -29,7 +30,7 @@ from trio_gateway.accounting.response_store import (
 from trio_gateway.config.schema import ResponsesConfig, ServerConfig
 from trio_gateway.core.errors import GatewayError, ResponseNotFound, StoreUnavailable
 from trio_gateway.core.keys import ApiKey
-from trio_gateway.core.request import read_chat_json, validate_chat_body
+from trio_gateway.core.request import ChatRequest, read_chat_json, validate_chat_body
 from trio_gateway.core.validation import within_depth
 from trio_gateway.dispatch.relay import DropConnection, Outcome
 from trio_gateway.dispatch.router import Router
@@ -45,14 +46,18 @@ from trio_gateway.fronts.chat import (
 )
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Message, Receive, Send, read_body, send_json
+from trio_gateway.fronts.off_loop import OFF_LOOP_BODY_BYTES, off_loop
 from trio_gateway.fronts.responses.events import ResponseWriter
-from trio_gateway.fronts.responses.request import parse_responses_body
+from trio_gateway.fronts.responses.request import ResponsesRequest, parse_responses_body
 from trio_gateway.fronts.responses.seal import Sealer
 from trio_gateway.ops.access import current as current_request
 
 log = logging.getLogger("trio_gateway")
 
 FRONT: Final = "responses"
+# Where its messages and their parts are (core/body.py bounds them): the input items, and
+# the content of each.
+RESPONSES_PARTS: Final = (("input",), ("input", "*", "content"))
 # How long a request naming a response still being written waits for it to be stored: the
 # client may send its next turn as soon as it read the last event, before the store has it.
 PENDING_WAIT_S: Final = 10.0
@@ -130,8 +135,8 @@ async def handle_responses(
 ) -> Outcome:
     service = service_of(router)
     raw = await read_body(receive, server.max_body_bytes)
-    body = read_chat_json(raw)
-    depth_known = within_depth(raw)
+    size = len(raw)
+    body, depth_known = await off_loop(size, partial(_read, raw))
     del raw
     alias = known_alias(router, body)
     context = current_request()
@@ -148,16 +153,24 @@ async def handle_responses(
             )
         history = record["items"]
     alias_config = router.aliases.get(alias) if alias is not None else None
-    parsed = parse_responses_body(
-        body,
-        history=history,
-        opener=service.sealer.open,
-        builtin_tools=alias_config.builtin_tools if alias_config is not None else "drop",
-    )
-    _count_dropped(router, parsed.dropped_fields, parsed.dropped_tools)
-    request = for_key(router, validate_chat_body(parsed.chat, depth_known=depth_known), key)
-    request = attrs.evolve(request, front=FRONT, dropped_tools=parsed.dropped_tools)
-    request = with_session(request, session_id or parsed.session)
+
+    def translate() -> tuple[ResponsesRequest, ChatRequest]:
+        parsed = parse_responses_body(
+            body,
+            history=history,
+            opener=service.sealer.open,
+            builtin_tools=alias_config.builtin_tools if alias_config is not None else "drop",
+        )
+        _count_dropped(router, parsed.dropped_fields, parsed.dropped_tools)
+        request = for_key(router, validate_chat_body(parsed.chat, depth_known=depth_known), key)
+        request = attrs.evolve(request, front=FRONT, dropped_tools=parsed.dropped_tools)
+        request = with_session(request, session_id or parsed.session)
+        router.screen(request)
+        return parsed, request
+
+    # A stored conversation's size is not known without measuring it: read with one, as with
+    # a big body, off the loop.
+    parsed, request = await off_loop(OFF_LOOP_BODY_BYTES + 1 if history else size, translate)
 
     writers: list[ResponseWriter] = []
     # Its own, not the request id's: a client's x-request-id may come twice, a response id not.
@@ -264,3 +277,9 @@ async def handle_stored(
     if record is None:
         raise ResponseNotFound(f"Response with id '{response_id}' not found.")
     await send_json(send, 200, record["response"])
+
+
+def _read(raw: bytes) -> tuple[Any, bool]:
+    """The body as JSON (its parts bounded), and whether its nesting is known to be within
+    validation's bound."""
+    return read_chat_json(raw, RESPONSES_PARTS), within_depth(raw)
