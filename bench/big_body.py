@@ -14,10 +14,12 @@ they were (p50, p99, max). The gateway is whatever ``python -m trio_gateway`` im
 with ``PYTHONPATH=<another checkout>/src`` to measure that one::
 
     .venv/bin/python -m bench.big_body
+    .venv/bin/python -m bench.big_body --parse   # the reading alone: json, msgspec, pieces
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -26,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -197,9 +200,54 @@ CASES: dict[str, tuple[str, Callable[[], bytes], int]] = {
 HEADER = "case      bodies  answer                  s per body (max)   healthz p50 / p99 / max ms"
 
 
+def tokens_body() -> bytes:
+    """A completion's prompt of 128,000 token ids (some 0.8 MB): many values, few objects."""
+    body = {"model": "agent-lite", "prompt": [i % 150_000 for i in range(128_000)]}
+    return json.dumps(body).encode()
+
+
+def parse_times(repeat: int = 5) -> None:
+    """Reading each body (the best of ``repeat``, ms): json.loads, msgspec whole, and the
+    gateway's reader (msgspec in pieces, the parts counted first: the chat front's paths)."""
+    import json as json_module
+
+    import msgspec
+
+    from trio_gateway.core.body import CHAT_PARTS, loads
+    from trio_gateway.core.errors import GatewayError
+
+    def best(read: Callable[[], object]) -> float:
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            with contextlib.suppress(GatewayError):  # refused: the parts bound
+                read()
+            times.append(time.perf_counter() - started)
+        return min(times) * 1000
+
+    decoder = msgspec.json.Decoder()
+    print("body       MB  json.loads  msgspec  in pieces  in pieces, parts bounded")
+    for name, make in (("parts", parts_body), ("filtered", filtered_body), ("tokens", tokens_body)):
+        raw = make()
+        readers: tuple[Callable[[bytes], object], ...] = (
+            json_module.loads,
+            decoder.decode,
+            loads,
+            partial(loads, parts=CHAT_PARTS),
+        )
+        ms = [best(partial(read, raw)) for read in readers]
+        print(
+            f"{name:9} {len(raw) / 1e6:4.1f}  {ms[0]:10.0f}  {ms[1]:7.0f}  {ms[2]:9.0f}"
+            f"  {ms[3]:9.0f}"
+        )
+
+
 def main() -> None:
     import tempfile
 
+    if sys.argv[1:] == ["--parse"]:
+        parse_times()
+        return
     with tempfile.TemporaryDirectory() as folder, filtered_gateway(Path(folder)) as port:
         print(HEADER)
         for name, (path, make, senders) in CASES.items():

@@ -193,10 +193,11 @@ def test_the_reader_reads_what_json_reads_and_refuses_what_the_rfc_does(raw: byt
 @settings(max_examples=300, deadline=None)
 @given(raw=TEXTS | RAW)
 def test_a_text_read_in_pieces_is_read_as_a_whole_one(raw: bytes | str) -> None:
-    """Past PIECE_BYTES (here 8 bytes, so that every container is cut), the same values and
-    refusals, placed where a whole reading places them."""
+    """Past PIECE_BYTES (here 8 bytes, and with no object too few to be cut, so that every
+    container is cut), the same values and refusals, placed where a whole reading places
+    them."""
     whole = outcome(lambda: loads(raw))
-    with mock.patch.object(body, "PIECE_BYTES", 8):
+    with mock.patch.object(body, "PIECE_BYTES", 8), mock.patch.object(body, "WHOLE_OBJECTS", 0):
         cut = outcome(lambda: loads(raw))
     assert cut[0] == whole[0] and same(cut[1], whole[1])
 
@@ -287,7 +288,14 @@ def refusal_of(read: Callable[[], object]) -> tuple[str, str | None] | None:
 @given(
     value=SHAPED | VALUES,
     bound=st.integers(min_value=0, max_value=12),
-    piece=st.sampled_from([8, 40, 10**6]),
+    piece=st.sampled_from([8, 40, 100, 400, 10**6]),
+)
+@example(
+    # Messages small enough to be read together (the parts under them counted after), in a
+    # body too big to be read whole.
+    value={"messages": [{"content": [{"type": "text", "text": ""}] * 2}] * 4},
+    bound=9,
+    piece=80,
 )
 def test_parts_counted_while_reading_are_counted_as_in_the_value(
     value: Any, bound: int, piece: int
@@ -299,7 +307,10 @@ def test_parts_counted_while_reading_are_counted_as_in_the_value(
         return
     with mock.patch.object(body, "MAX_CONTENT_PARTS", bound):
         expected = refusal_of(lambda: check_parts(json.loads(raw), MESSAGES_SHAPE))
-        with mock.patch.object(body, "PIECE_BYTES", piece):
+        with (
+            mock.patch.object(body, "PIECE_BYTES", piece),
+            mock.patch.object(body, "WHOLE_OBJECTS", 0),
+        ):
             assert refusal_of(lambda: loads(raw, MESSAGES_SHAPE)) == expected
 
 
@@ -328,5 +339,10 @@ def test_the_reader_hands_over_between_the_pieces_of_a_big_text_only() -> None:
         return len(calls)
 
     # One hand-over per level read holding the GIL: the body, messages, the message, content.
-    assert contextvars.copy_context().run(read, big) == 4
+    with mock.patch.object(body, "WHOLE_OBJECTS", 1000):
+        assert contextvars.copy_context().run(read, big) == 4
     assert contextvars.copy_context().run(read, b'{"messages": []}') == 0
+    # Big, but of few objects (128,000 token ids): read whole, in a few milliseconds.
+    tokens = json.dumps({"prompt": list(range(128_000))}).encode()
+    assert len(tokens) > body.PIECE_BYTES
+    assert contextvars.copy_context().run(read, tokens) == 0
