@@ -37,7 +37,9 @@ def texts(message: Any) -> str:
 
 async def test_async_whole_answer_is_a_message(stack: Stack) -> None:
     client = async_client(stack)
-    message = await client.messages.create(model="agent-lite", max_tokens=200, messages=user(HELLO))
+    message = await client.messages.create(
+        model="agent-lite", max_tokens=200, messages=user(HELLO), thinking={"type": "adaptive"}
+    )
     assert message.type == "message" and message.role == "assistant"
     assert message.model == "agent-lite"
     assert [block.type for block in message.content] == ["thinking", "text"]
@@ -55,7 +57,7 @@ async def test_async_stream_events_and_final_message(stack: Stack) -> None:
     kinds: list[str] = []
     text = ""
     async with client.messages.stream(
-        model="agent-lite", max_tokens=200, messages=user(HELLO)
+        model="agent-lite", max_tokens=200, messages=user(HELLO), thinking={"type": "adaptive"}
     ) as stream:
         async for event in stream:
             kinds.append(event.type)

@@ -44,6 +44,7 @@ async def test_a_tool_call_is_a_tool_use_block(stack: Stack, stream: bool) -> No
         "tools": [WEATHER],
         "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
         "messages": [{"role": "user", "content": CALL}],
+        "thinking": {"type": "adaptive"},
     }
     if stream:
         deltas: list[str] = []

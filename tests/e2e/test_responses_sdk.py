@@ -22,6 +22,7 @@ WEATHER: Any = {
     "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
+LONG = script({"text": " ".join(f"word{i}" for i in range(30))})
 CALL = script(
     {"reasoning": "I should look it up"},
     {"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}},
@@ -104,20 +105,21 @@ async def test_create_stream_numbers_every_event(stack: Stack) -> None:
 
 async def test_a_cut_answer_is_incomplete(stack: Stack) -> None:
     client = client_for(stack)
+    # Past the API's floor of 16 output tokens.
     response = await client.responses.create(
         model="agent-lite",
-        input=script({"text": "one two three four five six seven eight nine ten"}),
-        max_output_tokens=4,
+        input=LONG,
+        max_output_tokens=16,
         reasoning={"effort": "none"},
     )
     assert response.status == "incomplete"
     assert response.incomplete_details is not None
     assert response.incomplete_details.reason == "max_output_tokens"
-    assert response.max_output_tokens == 4
+    assert response.max_output_tokens == 16
     stream = await client.responses.create(
         model="agent-lite",
-        input=script({"text": "one two three four five six seven eight nine ten"}),
-        max_output_tokens=4,
+        input=LONG,
+        max_output_tokens=16,
         reasoning={"effort": "none"},
         stream=True,
     )

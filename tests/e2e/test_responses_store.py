@@ -6,6 +6,7 @@ with the openai SDK, signed thinking included."""
 from __future__ import annotations
 
 import json
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from tests.e2e.test_limits import redis_toml
 from tests.e2e.test_responses_tool_loop import WEATHER
 from tests.e2e.test_thinking_tool_loop import QUESTION, replayed, vendor_fleet
 from tests.e2e.test_usage_ledger import ledger_rows
-from tests.redis_server import running_redis
+from tests.redis_server import RedisServer, running_redis
 from trio_gateway.accounting.response_store import RESPONSES_FILE
 from trio_gateway.config.load import parse_config
 from trio_gateway.core.keys import hash_key, new_key
@@ -41,11 +42,20 @@ def sdk(base: str, key: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
 
 
-async def test_a_stored_response_is_its_key_s_alone(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+async def test_a_stored_response_is_its_key_s_alone(tmp_path: Path, backend: str) -> None:
+    async with AsyncExitStack() as stack:
+        redis = await stack.enter_async_context(running_redis()) if backend == "redis" else None
+        await key_s_alone(tmp_path, redis)
+
+
+async def key_s_alone(tmp_path: Path, redis: RedisServer | None) -> None:
     keys = {"alice": new_key(), "bob": new_key()}
     ledger = tmp_path / "data" / "usage.sqlite3"
     async with running_sim() as sim:
         extra = f'[usage]\nledger = "{ledger}"\nflush_interval_s = 0.05\n'
+        if redis is not None:
+            extra += f'[redis]\nurl = "{redis.url}"\nkey_prefix = "t:"\n'
         text = keyed_toml(tmp_path, sim.base_url, keys, extra)
         config = parse_config(text, source="t.toml", environ={"SIM_KEY": "sim-key"})
         async with running_gateway(config) as gateway:
@@ -83,7 +93,7 @@ async def test_a_stored_response_is_its_key_s_alone(tmp_path: Path) -> None:
         sent = (await Stack(sim=sim, gateway=gateway).sim_stats())["last_request_body"]
     # The stored turn before the new input (the store=false request was the last one sent).
     assert sent["messages"] == [{"role": "user", "content": "x"}]
-    assert (ledger.parent / RESPONSES_FILE).exists()
+    assert (ledger.parent / RESPONSES_FILE).exists() == (redis is None)
     rows = ledger_rows(ledger)
     assert [r["endpoint"] for r in rows] == ["responses"] * 4
     assert [(r["key"], r["error_code"]) for r in rows] == [

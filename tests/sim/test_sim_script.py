@@ -19,7 +19,9 @@ from trio_gateway.sim.script import (
     ScriptError,
     SplitUtf8,
     Text,
+    Token,
     ToolCall,
+    ToolCalls,
     VendorFinish,
     extract_script,
     parse_script,
@@ -76,6 +78,15 @@ def shown(generation: Generation, kind: str) -> str:
         ([{"delay_s": 0.5}, {"drop": True}], (Delay(seconds=0.5), Drop())),
         ([{"finish": "length"}, {"split_utf8": True}], (Finish(reason="length"), SplitUtf8())),
         ([{"vendor_finish": "SAFETY"}], (VendorFinish(reason="SAFETY"),)),
+        (
+            [{"tool_calls": [{"name": "f"}, {"name": "g", "arguments": "{}"}], "interleave": True}],
+            (
+                ToolCalls(
+                    calls=(ToolCall(name="f", arguments="{}"), ToolCall(name="g", arguments="{}")),
+                    interleave=True,
+                ),
+            ),
+        ),
     ],
 )
 def test_parse_script_steps(steps: list[Any], parsed: tuple[Any, ...]) -> None:
@@ -101,6 +112,10 @@ def test_parse_script_steps(steps: list[Any], parsed: tuple[Any, ...]) -> None:
         ('{"steps": [{"vendor_finish": ""}]}', '"vendor_finish" must be a non-empty string'),
         ('{"steps": [{"tool_call": {"arguments": {}}}]}', "non-empty string"),
         ('{"steps": [{"text": "a"}, {"reasoning": "b"}]}', "must come before"),
+        ('{"steps": [{"tool_calls": []}]}', "a list of 1 to 64 calls"),
+        ('{"steps": [{"tool_calls": [{"name": "f"}], "interleave": 1}]}', "must be a boolean"),
+        ('{"steps": [{"tool_calls": [{"name": ""}]}]}', r"tool_calls\[0\]\"\.name must be"),
+        ('{"steps": [{"tool_calls": [{"name": "f"}]}, {"reasoning": "b"}]}', "must come before"),
     ],
 )
 def test_bad_scripts_are_refused_with_a_reason(text: str, message: str) -> None:
@@ -213,6 +228,47 @@ def test_tool_calls_are_parsed_with_tools() -> None:
         "get_weather",
         "get_time",
     ]
+
+
+TWO_CALLS: list[dict[str, Any]] = [
+    {"name": "get_weather", "arguments": {"city": "Paris"}},
+    {"name": "get_time", "arguments": {"tz": "CET"}},
+]
+
+
+def call_order(generation: Generation) -> list[int]:
+    return [t.tool_index for t in generation.tokens if t.kind in ("tool_name", "tool_args")]
+
+
+def test_interleaved_tool_calls_alternate_their_fragments() -> None:
+    generation = plan([{"tool_calls": TWO_CALLS, "interleave": True}], tools=TOOLS)
+    order = call_order(generation)
+    # 0, 1, 0, 1 … while both have fragments left (the first call has one more).
+    assert order == [0, 1] * 6 + [0]
+    for index, call in enumerate(TWO_CALLS):
+        mine = [t for t in generation.tokens if t.tool_index == index and t.kind != "hidden"]
+        assert mine[0] == Token(kind="tool_name", text=call["name"], tool_index=index)
+        assert json.loads("".join(t.text for t in mine[1:])) == call["arguments"]
+    assert generation.tool_calls == 2 and generation.finish_reason == "tool_calls"
+    # The same tokens as the calls one after the other: the same cost, another order.
+    sequential = plan([{"tool_calls": TWO_CALLS}], tools=TOOLS)
+    assert sorted(generation.tokens, key=repr) == sorted(sequential.tokens, key=repr)
+    assert call_order(sequential) == sorted(call_order(sequential))
+    assert sequential.tokens == plan([{"tool_call": c} for c in TWO_CALLS], tools=TOOLS).tokens
+
+
+@pytest.mark.parametrize("dialect", ["anthropic", "gemini"])
+def test_interleaving_is_sequential_where_the_wire_has_no_such_thing(dialect: str) -> None:
+    config = SimConfig(dialect=dialect)
+    generation = plan([{"tool_calls": TWO_CALLS, "interleave": True}], config, tools=TOOLS)
+    assert call_order(generation) == sorted(call_order(generation))
+
+
+def test_interleaving_numbers_calls_after_the_ones_before() -> None:
+    steps: list[Any] = [{"tool_call": TWO_CALLS[0]}, {"tool_calls": TWO_CALLS, "interleave": True}]
+    generation = plan(steps, tools=TOOLS)
+    assert generation.tool_calls == 3
+    assert call_order(generation)[:9] == [0] * 7 + [1, 2]
 
 
 def test_parallel_tool_calls_false_generates_but_hides_later_calls() -> None:

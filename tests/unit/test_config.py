@@ -325,6 +325,21 @@ def test_a_model_family_and_reasoning_off_are_read() -> None:
     assert (provider.model_family, provider.reasoning_off) == ("gpt-5.1", "lowest")
 
 
+def test_messages_without_thinking_is_read_and_checked() -> None:
+    alias = GOOD.replace("[aliases.agent-lite]\n", "[aliases.agent-lite]\n{line}", 1)
+    assert "{line}" in alias
+    config = parse_config(alias.format(line=""), environ={"VLLM_API_KEY": "k"})
+    assert config.aliases["agent-lite"].messages_without_thinking == "model_default"
+    off = parse_config(
+        alias.format(line='messages_without_thinking = "off"\n'), environ={"VLLM_API_KEY": "k"}
+    )
+    assert off.aliases["agent-lite"].messages_without_thinking == "off"
+    assert problems(alias.format(line="messages_without_thinking = false\n")) == [
+        "aliases.agent-lite.messages_without_thinking: unknown messages_without_thinking False"
+        " (known: model_default, off)"
+    ]
+
+
 def test_a_service_account_file_is_checked_without_quoting_it(tmp_path: Path) -> None:
     bad = tmp_path / "sa.json"
     bad.write_text('{"private_key": "-----BEGIN PRIVATE KEY-----TOPSECRET"}')

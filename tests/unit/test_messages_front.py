@@ -59,13 +59,13 @@ EVENTS: Any = pydantic.TypeAdapter(RawMessageStreamEvent)
 # --- the answer --------------------------------------------------------------------------------
 
 
-def builder() -> MessageBuilder:
-    return MessageBuilder(message_id="msg-1", model="alias", input_tokens=7)
+def builder(*, thinking: bool = True) -> MessageBuilder:
+    return MessageBuilder(message_id="msg_1", model="alias", input_tokens=7, thinking=thinking)
 
 
-def stream_of(events: list[Event]) -> list[dict[str, Any]]:
+def stream_of(events: list[Event], *, thinking: bool = True) -> list[dict[str, Any]]:
     """The Anthropic events of a stream, each parsed by the SDK's own event types."""
-    encoder = MessageEncoder(builder())
+    encoder = MessageEncoder(builder(thinking=thinking))
     raw = b"".join(encoder.encode(e) for e in events).decode()
     out = []
     for frame in raw.split("\n\n")[:-1]:
@@ -78,8 +78,8 @@ def stream_of(events: list[Event]) -> list[dict[str, Any]]:
     return out
 
 
-def whole(events: list[Event]) -> dict[str, Any]:
-    accumulator = MessageAccumulator(builder())
+def whole(events: list[Event], *, thinking: bool = True) -> dict[str, Any]:
+    accumulator = MessageAccumulator(builder(thinking=thinking))
     for event in events:
         accumulator.add(event)
     result = accumulator.result()
@@ -162,10 +162,53 @@ def test_the_stream_grammar_and_the_whole_message_agree() -> None:
     ]
     assert (message["stop_reason"], message["id"], message["model"]) == (
         "tool_use",
-        "msg-1",
+        "msg_1",
         "alias",
     )
     assert sdk_fold(stream) == Message.model_validate(message).model_dump(exclude_none=True)
+
+
+def test_no_thinking_block_for_a_request_that_did_not_enable_thinking() -> None:
+    """Readable, signed, redacted: none of it; the tokens it took still count."""
+    stream = stream_of(THINK_AND_CALL, thinking=False)
+    assert [e["content_block"]["type"] for e in stream if e["type"] == "content_block_start"] == [
+        "text",
+        "tool_use",
+        "tool_use",
+    ]
+    assert not [e for e in stream if e["type"] == "content_block_delta" and "thinking" in str(e)]
+    message = whole(THINK_AND_CALL, thinking=False)
+    assert [b["type"] for b in message["content"]] == ["text", "tool_use", "tool_use"]
+    assert message["usage"]["output_tokens"] == 12
+    assert message["usage"]["output_tokens_details"] == {"thinking_tokens": 4}
+    assert sdk_fold(stream) == Message.model_validate(message).model_dump(exclude_none=True)
+    google = ReasoningDetail(0, GOOGLE, data="g-sig", tool_call_id="t1")
+    events: list[Event] = [ResponseStarted("p"), ToolCallDelta(0, "t1", "f", "{}"), google]
+    assert [
+        b["type"] for b in whole([*events, ResponseDone("stop")], thinking=False)["content"]
+    ] == ["tool_use"]
+
+
+def test_every_streamed_thinking_block_ends_with_its_signature_delta() -> None:
+    """As Anthropic's do: a client (the AI SDK) drops a streamed thinking block that had no
+    signature_delta when it sends the turn back. An unsigned provider's (vLLM's) gets the
+    empty signature its whole answer carries, once; a signed one keeps its own, once."""
+    unsigned: list[Event] = [
+        ResponseStarted("p"),
+        ReasoningDelta("thought"),
+        TextDelta("Hi"),
+        ResponseDone("stop"),
+    ]
+    for events, signature in ((unsigned, ""), (THINK_AND_CALL, "sig")):
+        stream = stream_of(events)
+        first = next(e["index"] for e in stream if e["type"] == "content_block_start")
+        block = [e for e in stream if e.get("index") == first]
+        assert block[-1]["type"] == "content_block_stop"
+        deltas = [e["delta"] for e in block if e["type"] == "content_block_delta"]
+        signatures = [d for d in deltas if d["type"] == "signature_delta"]
+        assert signatures == [{"type": "signature_delta", "signature": signature}]
+        assert block[-2]["delta"]["type"] == "signature_delta"
+        assert sdk_fold(stream)["content"][0]["signature"] == signature
 
 
 def test_another_vendors_signature_rides_in_a_thinking_block() -> None:
@@ -244,15 +287,37 @@ def test_any_answer_streams_as_the_sdk_folds_the_whole(middle: list[Event], fini
     assert all(not (b["type"] == "text" and not b["text"].strip()) for b in folded["content"])
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_event, max_size=12))
+def test_without_thinking_the_answer_is_the_same_less_its_thinking(middle: list[Event]) -> None:
+    events: list[Event] = [ResponseStarted("p"), *middle, ResponseDone("stop")]
+    shown, hidden = whole(events), whole(events, thinking=False)
+    assert sdk_fold(stream_of(events, thinking=False)) == Message.model_validate(hidden).model_dump(
+        exclude_none=True
+    )
+    kept = [b for b in hidden["content"] if b["type"] not in ("thinking", "redacted_thinking")]
+    assert kept == hidden["content"]
+
+    def said(message: dict[str, Any]) -> tuple[str, list[Any]]:
+        blocks = message["content"]
+        text = "".join(b["text"] for b in blocks if b["type"] == "text")
+        # Whitespace alone opens no block: with thinking between them, two texts are two
+        # blocks, and whitespace at the second's start is not written; without, one block.
+        return "".join(text.split()), [b["id"] for b in blocks if b["type"] == "tool_use"]
+
+    assert said(hidden) == said(shown)
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_event, max_size=16))
 def test_the_encoders_short_way_for_tokens_writes_what_the_long_way_does(
     middle: list[Event],
 ) -> None:
     events: list[Event] = [ResponseStarted("p"), *middle, ResponseDone("stop")]
-    encoder, slow = MessageEncoder(builder()), builder()
-    fast = b"".join(encoder.encode(e) for e in events)
-    assert fast == b"".join(sse(item) for e in events for item in slow.feed(e))
+    for thinking in (True, False):
+        encoder, slow = MessageEncoder(builder(thinking=thinking)), builder(thinking=thinking)
+        fast = b"".join(encoder.encode(e) for e in events)
+        assert fast == b"".join(sse(item) for e in events for item in slow.feed(e))
 
 
 # --- errors ------------------------------------------------------------------------------------

@@ -206,6 +206,29 @@ def test_thinking_and_effort(
     out = chat(**({"max_tokens": 64000} | fields))
     assert out.get("reasoning") is reasoning
     assert out.get("reasoning_effort") == effort
+    # Shown only when the request enabled it, whatever the provider is asked.
+    shown = fields.get("thinking", {}).get("type") in ("enabled", "adaptive")
+    assert translate(body(**({"max_tokens": 64000} | fields))).thinking is shown
+
+
+@pytest.mark.parametrize(
+    ("fields", "reasoning", "effort"),
+    [
+        ({}, False, None),
+        # Anthropic's effort without thinking is not thinking's: not sent as a reasoning effort.
+        ({"output_config": {"effort": "high"}}, False, None),
+        # What the request says itself stands.
+        ({"thinking": {"type": "adaptive"}}, True, None),
+        ({"thinking": {"type": "disabled"}}, False, None),
+    ],
+)
+def test_an_alias_without_thinking_off_turns_unasked_thinking_off(
+    fields: dict[str, Any], reasoning: bool, effort: str | None
+) -> None:
+    out = translate(body(**fields), without_thinking="off").body
+    assert out.get("reasoning") is reasoning
+    assert out.get("reasoning_effort") == effort
+    validate_chat_body(out)  # no contradiction between the two fields
 
 
 def test_sampling_stops_metadata_format_and_stream() -> None:
@@ -322,7 +345,8 @@ def test_the_request_names_its_front_session_and_counts_what_it_dropped() -> Non
     router: Any = SimpleNamespace(aliases={"m": None}, metrics=metrics)
     user_id = json.dumps({"device_id": "d", "session_id": "s-42"})
     raw = json.dumps(body(metadata={"user_id": user_id}, container={}, x_new=1))
-    request = messages_request(router, raw.encode(), None)
+    request, thinking = messages_request(router, raw.encode(), None)
+    assert not thinking
     assert (request.front, request.session_id, request.alias) == ("messages", "s-42", "m")
     counted = {
         field: metrics.registry.get_sample_value(

@@ -271,7 +271,39 @@ def test_unknown_fields_are_dropped_by_name_or_as_other() -> None:
     [
         ({"conversation": "conv_1"}, UnsupportedParameter, "conversation"),
         ({"background": True}, UnsupportedParameter, "background"),
-        ({"input": [{"type": "item_reference", "id": "x"}]}, UnsupportedParameter, "input[0].type"),
+        ({"input": [{"type": "item_reference", "id": "rs_x"}]}, InvalidRequest, "input"),
+        ({"input": [{"id": "rs_x"}]}, InvalidRequest, "input"),
+        ({"input": [{"type": 5}]}, InvalidRequest, "input[0].type"),
+        ({"input": ["hello"]}, InvalidRequest, "input[0]"),
+        (
+            {"input": [{"type": "function_call", "call_id": "c", "name": "f"}]},
+            InvalidRequest,
+            "input[0].arguments",
+        ),
+        (
+            {"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]},
+            InvalidRequest,
+            "input[0].arguments",
+        ),
+        ({"input": "x", "max_output_tokens": 15}, InvalidRequest, "max_output_tokens"),
+        ({"input": "x", "store": "no"}, InvalidRequest, "store"),
+        ({"input": "x", "stream": "yes"}, InvalidRequest, "stream"),
+        ({"input": "x", "metadata": [1]}, InvalidRequest, "metadata"),
+        ({"input": "x", "metadata": {"k": "v" * 513}}, InvalidRequest, "metadata.k"),
+        ({"input": "x", "reasoning": {"summary": 1}}, InvalidRequest, "reasoning.summary"),
+        ({"input": "x", "include": "all"}, InvalidRequest, "include"),
+        (
+            {
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "input_image", "image_url": "u", "detail": "max"}],
+                    }
+                ]
+            },
+            InvalidRequest,
+            "input[0].content[0].detail",
+        ),
         ({"input": 3}, InvalidRequest, "input"),
         ({"input": [{"role": "wizard", "content": "x"}]}, InvalidRequest, "input[0].role"),
         (
@@ -323,3 +355,92 @@ def test_the_seal_keeps_what_it_seals_and_refuses_what_it_did_not() -> None:
     assert SEALER.open(tampered) is None
     assert Sealer().open(sealed) is None
     assert SEALER.open("not ours") is None
+
+
+def test_the_input_s_items_are_kept_as_the_gateway_used_them() -> None:
+    details = [{"type": "reasoning.text", "text": "t", "signature": "s", "format": "f", "index": 0}]
+    sealed = SEALER.seal(details)
+    items: list[Any] = [
+        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {}},
+        {"role": "user", "content": "go", "id": "msg_client"},
+        {"type": "reasoning", "summary": [], "encrypted_content": sealed, "id": "rs_1"},
+        {"type": "reasoning", "summary": [], "encrypted_content": "gAAAA-not-ours"},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "plain"}]},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "status": "x"},
+        {
+            "type": "function_call_output",
+            "call_id": "c",
+            "output": [
+                {"type": "input_text", "text": "18C"},
+                {"type": "input_image", "image_url": "data:image/png;base64," + "A" * 1000},
+            ],
+        },
+    ]
+    parsed = parse({"input": items, "tools": [{"type": "function", "name": "f"}]})
+    assert parsed.input_items == [
+        {"type": "message", "role": "user", "content": "go"},
+        {"type": "reasoning", "summary": [], "encrypted_content": sealed},
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "18C"},
+    ]
+    # Kept items read back as the same conversation.
+    again = parse({"input": parsed.input_items, "tools": [{"type": "function", "name": "f"}]})
+    assert again.chat["messages"] == parsed.chat["messages"]
+
+
+def test_a_reference_reads_as_the_item_it_names() -> None:
+    base = "ab" * 16
+    stored: dict[str, Any] = {
+        f"rs_{base}_0": {"id": f"rs_{base}_0", "type": "reasoning", "summary": [], "content": []},
+        f"msg_{base}_1": {
+            "id": f"msg_{base}_1",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "one", "annotations": []}],
+        },
+    }
+    items: list[Any] = [
+        {"role": "user", "content": "q"},
+        {"type": "item_reference", "id": f"rs_{base}_0"},
+        {"id": f"msg_{base}_1"},
+        {"role": "user", "content": "again"},
+    ]
+    parsed = parse({"input": items}, referenced=stored)
+    assert parsed.chat["messages"] == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "again"},
+    ]
+    assert parsed.input_items[1] == {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "one", "annotations": []}],
+    }
+    # A reference inside a referenced item is not followed.
+    looped = {"x": {"type": "item_reference", "id": "x"}}
+    with pytest.raises(InvalidRequest):
+        parse({"input": [{"type": "item_reference", "id": "x"}]}, referenced=looped)
+
+
+def test_a_chat_error_names_the_field_the_client_sent() -> None:
+    parsed = parse(
+        {
+            "input": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}],
+            "instructions": "i",
+            "tools": [
+                {"type": "web_search"},
+                {"type": "function", "name": "ok"},
+                {"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "g"}]},
+            ],
+        }
+    )
+    assert parsed.client_param("max_completion_tokens") == "max_output_tokens"
+    assert parsed.client_param("response_format.json_schema.name") == "text.format.name"
+    assert parsed.client_param("reasoning_effort") == "reasoning.effort"
+    assert parsed.client_param("tools[0].function.name") == "tools[1].name"
+    assert parsed.client_param("tools[1].function.parameters") == "tools[2].tools[0].parameters"
+    assert parsed.client_param("messages[0].content") == "instructions.content"
+    assert parsed.client_param("messages[2].content[0]") == "input[1].content[0]"
+    assert parsed.client_param("messages[20]") == "input[20]"
+    assert parsed.client_param("temperature") == "temperature"

@@ -419,13 +419,28 @@ def raw_secret_problems(raw: dict[str, Any], environ: Mapping[str, str]) -> list
 
 
 def _responses_problems(config: GatewayConfig, environ: Mapping[str, str]) -> list[str]:
-    """``[responses]``: a positive TTL and memory bound, and a seal key that is one."""
+    """``[responses]``: a positive TTL and bounds, bounds that hold a record, and a seal key
+    that is one."""
     settings = config.responses
     problems = []
     if settings.store_ttl_s <= 0:
         problems.append("responses.store_ttl_s: must be greater than 0")
-    if settings.memory_max_responses < 1:
-        problems.append("responses.memory_max_responses: must be at least 1")
+    for name in (
+        "max_record_bytes",
+        "key_quota_bytes",
+        "max_chain_turns",
+        "max_chain_bytes",
+        "memory_max_responses",
+        "memory_max_bytes",
+    ):
+        if getattr(settings, name) < 1:
+            problems.append(f"responses.{name}: must be at least 1")
+    for name in ("key_quota_bytes", "max_chain_bytes", "memory_max_bytes"):
+        if 1 <= getattr(settings, name) < settings.max_record_bytes:
+            problems.append(
+                f"responses.{name}: must be at least max_record_bytes "
+                f"({settings.max_record_bytes}), or no record the gateway stores fits"
+            )
     env = settings.seal_key_env
     if env is not None:
         value = environ.get(env)

@@ -22,6 +22,7 @@ from trio_gateway.config.checks import (
 )
 from trio_gateway.config.schema import (
     FILTER_FIELDS,
+    MESSAGES_WITHOUT_THINKING,
     PROVIDER_PATH_KEYS,
     PROVIDER_TYPES,
     ROUTINGS,
@@ -30,6 +31,7 @@ from trio_gateway.config.schema import (
     FilterAction,
     FilterField,
     GatewayConfig,
+    MessagesWithoutThinking,
     OnLeaseError,
     OnRedisError,
     OnSaturated,
@@ -116,6 +118,10 @@ def _make_converter() -> cattrs.Converter:
     )
     converter.register_structure_hook_func(
         lambda t: t == BuiltinTools, _literal_hook(("drop", "refuse"), "builtin_tools")
+    )
+    converter.register_structure_hook_func(
+        lambda t: t == MessagesWithoutThinking,
+        _literal_hook(MESSAGES_WITHOUT_THINKING, "messages_without_thinking"),
     )
     converter.register_structure_hook_func(
         lambda t: t == UsageSinkKind, _literal_hook(("sqlite", "redis_stream", "none"), "sink")

@@ -39,6 +39,9 @@ UsageSinkKind = Literal["sqlite", "redis_stream", "none"]
 # What `reasoning: false` does on a model that cannot stop reasoning (docs/configuration.md).
 ReasoningOff = Literal["refuse", "lowest"]
 BuiltinTools = Literal["drop", "refuse"]
+# What a /v1/messages request that does not enable thinking asks of the provider.
+MessagesWithoutThinking = Literal["model_default", "off"]
+MESSAGES_WITHOUT_THINKING: tuple[str, ...] = ("model_default", "off")
 FilterAction = Literal["mask", "block"]
 FilterField = Literal["content", "reasoning", "tool_arguments"]
 FILTER_FIELDS: tuple[FilterField, ...] = ("content", "reasoning", "tool_arguments")
@@ -190,6 +193,10 @@ class AliasConfig:
     # behind the gateway runs: dropped from the request (named in x-gateway-dropped-tools), or
     # the request refused (400).
     builtin_tools: BuiltinTools = "drop"
+    # A /v1/messages request without thinking gets no thinking blocks, as from Anthropic;
+    # "model_default" says nothing to the provider (a model that thinks by default, Qwen3,
+    # still thinks, and is paid for), "off" turns its thinking off.
+    messages_without_thinking: MessagesWithoutThinking = "model_default"
     # Names of [filters.NAME] tables: the answer's text through these (core/filters.py); a
     # request whose messages match one of input_filters is refused (400 content_filtered).
     output_filters: tuple[str, ...] = ()
@@ -275,11 +282,22 @@ class ResponsesConfig:
     """``[responses]``: the Responses front's stored responses and sealed reasoning
     (docs/api.md, "The Responses front")."""
 
-    # How long a stored response may be continued (previous_response_id) or read: 30 days,
-    # as OpenAI keeps them.
-    store_ttl_s: float = 30 * 24 * 3600.0
-    # Without [redis] or a ledger file, the newest this many are kept in each process's memory.
+    # How long a stored response may be continued (previous_response_id), referred to
+    # (item_reference) or read, from its last use (written, or continued).
+    store_ttl_s: float = 7 * 24 * 3600.0
+    # A record (a turn's own input items and its response) past this is not stored; the
+    # answer says so (x-gateway-response-stored).
+    max_record_bytes: int = 4 * 1024 * 1024
+    # What one API key's records may hold in the store, all together; past it, its records
+    # of the oldest use go first.
+    key_quota_bytes: int = 256 * 1024 * 1024
+    # How much of a conversation previous_response_id reads back: turns, and their bytes.
+    max_chain_turns: int = 1000
+    max_chain_bytes: int = 32 * 1024 * 1024
+    # Without [redis] or a ledger file, each process's memory keeps at most this many records,
+    # and this many bytes of them.
     memory_max_responses: int = 10_000
+    memory_max_bytes: int = 128 * 1024 * 1024
     # An environment variable holding the Fernet key that seals reasoning (encrypted_content);
     # unset: a key made per process (reasoning sealed by another process is not read).
     seal_key_env: str | None = None

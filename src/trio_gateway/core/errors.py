@@ -20,6 +20,7 @@ occur, never further in.
     │   ├── ModelNotFound               404 model_not_found (unknown alias)
     │   ├── RouteNotFound               404 not_found
     │   ├── ResponseNotFound            404 response_not_found (none, expired, another key's)
+    │   ├── ConversationTooLong         400 conversation_too_long (a stored chain past its bounds)
     │   ├── MethodNotAllowed            405 method_not_allowed
     │   ├── Unauthorized                401 invalid_api_key (WWW-Authenticate: Bearer)
     │   ├── Forbidden                   403 alias_not_allowed
@@ -175,6 +176,13 @@ class ResponseNotFound(RequestError):
     code = "response_not_found"
     status = 404
     openai_type = "invalid_request_error"
+
+
+class ConversationTooLong(RequestError):
+    """A ``previous_response_id`` whose stored chain of turns is longer (in turns or bytes)
+    than ``[responses] max_chain_turns`` / ``max_chain_bytes`` let the gateway read back."""
+
+    code = "conversation_too_long"
 
 
 class MethodNotAllowed(RequestError):

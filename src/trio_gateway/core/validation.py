@@ -367,8 +367,13 @@ def _metadata(path: str, value: object) -> None:
         )
     for key, item in metadata.items():
         item_path = f"{path}.{key}"
-        if len(str(key)) > MAX_METADATA_KEY_CHARS:
-            raise too_long(item_path, MAX_METADATA_KEY_CHARS, len(str(key)), "key")
+        if len(key) > MAX_METADATA_KEY_CHARS:
+            raise InvalidRequest(
+                f"Invalid property name in '{path}': {quote(key)} is too long. Expected a "
+                f"string with maximum length {MAX_METADATA_KEY_CHARS}, but got a string with "
+                f"length {len(key)} instead.",
+                param=item_path,
+            )
         if len(string(item_path, item)) > MAX_METADATA_VALUE_CHARS:
             raise too_long(item_path, MAX_METADATA_VALUE_CHARS, len(item))
 

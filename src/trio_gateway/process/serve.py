@@ -17,7 +17,8 @@ from hypercorn.config import Sockets
 
 from trio_gateway.accounting.admission import open_limits
 from trio_gateway.accounting.ledger import QueuedSink, ledger_path
-from trio_gateway.accounting.response_store import SQLiteResponseStore, open_response_store
+from trio_gateway.accounting.response_sqlite import SQLiteResponseStore
+from trio_gateway.accounting.response_store import open_response_store
 from trio_gateway.accounting.sinks import open_usage_sink
 from trio_gateway.capacity.gate import LeaseBroker
 from trio_gateway.capacity.lease_metrics import LeaseCollector
@@ -273,7 +274,7 @@ async def _serve_gateway(
         if isinstance(responses, SQLiteResponseStore):
             stack.push_async_callback(responses.aclose)
         seal_key = config.seal_key.value.encode() if config.seal_key is not None else None
-        attach_responses(router, ResponsesService(responses, Sealer(seal_key)))
+        attach_responses(router, ResponsesService(responses, Sealer(seal_key), config.responses))
         reloader = Reloader(config, running, router, app, gates, nursery, load)
         drain_s = config.server.drain_timeout_s
         # hypercorn's own deadline comes after ours, so answers end with an error event and a

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import hmac
-import secrets
 
 import attrs
 import trio
+
+from trio_gateway.core.anthropic_ids import anthropic_id
 
 from .anthropic_wire import (
     AnthropicContext,
@@ -24,11 +25,6 @@ from .wire import dumps
 __all__ = ["AnthropicHandler"]
 
 _SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
-_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
-
-def _anthropic_id(prefix: str) -> str:
-    return prefix + "01" + "".join(secrets.choice(_BASE62) for _ in range(22))
 
 
 def _with_request_id(error: ApiError, request_id: str) -> ApiError:
@@ -60,7 +56,7 @@ class AnthropicHandler:
 
     async def messages(self, scope: Scope, receive: Receive, send: Send) -> None:
         shell = self._shell
-        request_id = _anthropic_id("req_")
+        request_id = anthropic_id("req_")
         body = await read_body(receive)
         if body is None:
             return
@@ -88,10 +84,10 @@ class AnthropicHandler:
             await self._refuse(send, anthropic_fault(fault), request_id)
             return
         ctx = AnthropicContext(
-            message_id=_anthropic_id("msg_"),
+            message_id=anthropic_id("msg_"),
             model=parsed.model,
             prompt_tokens=request.prompt.tokens,
-            tool_ids=tuple(_anthropic_id("toolu_") for _ in range(generation.tool_calls)),
+            tool_ids=tuple(anthropic_id("toolu_") for _ in range(generation.tool_calls)),
             thinking=request.thinking,
         )
         with shell.sequence(request, generation) as seq:

@@ -42,6 +42,7 @@ __all__ = [
     "Text",
     "Token",
     "ToolCall",
+    "ToolCalls",
     "extract_script",
     "parse_script",
     "plan_generation",
@@ -58,6 +59,12 @@ MAX_SCRIPT_TOKENS = 1_000_000
 MAX_DELAY_S = 3600.0
 # The longest argument fragment, in characters (vLLM's hermes parser streams small pieces).
 ARGUMENT_PIECE_CHARS = 3
+# The most calls one `tool_calls` step holds (the gateway's vLLM dialect takes indices < 128).
+MAX_STEP_TOOL_CALLS = 64
+# The dialects whose wire can interleave calls' fragments: Chat Completions chunks name each
+# fragment's call by `index`. Anthropic's has one content block open at a time, Gemini's sends
+# each call whole: there, `interleave` sends the calls one after the other.
+INTERLEAVING_DIALECTS = frozenset({"vllm", "openai"})
 
 
 class ScriptError(ValueError):
@@ -83,6 +90,15 @@ class Text:
 class ToolCall:
     name: str
     arguments: str  # exactly what is streamed: JSON text, or a raw (maybe invalid) string
+
+
+@attrs.frozen(kw_only=True)
+class ToolCalls:
+    """Several calls at once; ``interleave``: their fragments alternate (index 0, 1, 0, 1 …),
+    as the Chat Completions stream allows and some upstreams send."""
+
+    calls: tuple[ToolCall, ...]
+    interleave: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -127,7 +143,16 @@ class SplitUtf8:
 
 
 Step: TypeAlias = (
-    Reasoning | Text | ToolCall | Fault | Delay | Drop | Finish | VendorFinish | SplitUtf8
+    Reasoning
+    | Text
+    | ToolCall
+    | ToolCalls
+    | Fault
+    | Delay
+    | Drop
+    | Finish
+    | VendorFinish
+    | SplitUtf8
 )
 
 
@@ -160,17 +185,28 @@ def _literal_or_count(step: Mapping[str, Any], literal: str, count: str) -> tupl
     return None, _int(step[count], repr(count), 0, MAX_SCRIPT_TOKENS)
 
 
-def _parse_tool_call(value: Any) -> ToolCall:
+def _parse_tool_call(value: Any, what: str = '"tool_call"') -> ToolCall:
     if not isinstance(value, dict) or set(value) - {"name", "arguments"}:
-        raise ScriptError('"tool_call" must be {"name": ..., "arguments": ...}')
+        raise ScriptError(f'{what} must be {{"name": ..., "arguments": ...}}')
     name = value.get("name")
     if not isinstance(name, str) or not name:
-        raise ScriptError('"tool_call.name" must be a non-empty string')
+        raise ScriptError(f"{what}.name must be a non-empty string")
     arguments = value.get("arguments", {})
     if not isinstance(arguments, str):
         # vLLM's hermes parser re-serialises with json.dumps defaults: ", " and ": ".
         arguments = json.dumps(arguments, ensure_ascii=False)
     return ToolCall(name=name, arguments=arguments)
+
+
+def _parse_tool_calls(step: Mapping[str, Any]) -> ToolCalls:
+    calls = step["tool_calls"]
+    if not isinstance(calls, list) or not 1 <= len(calls) <= MAX_STEP_TOOL_CALLS:
+        raise ScriptError(f'"tool_calls" must be a list of 1 to {MAX_STEP_TOOL_CALLS} calls')
+    interleave = step.get("interleave", False)
+    if not isinstance(interleave, bool):
+        raise ScriptError('"interleave" must be a boolean')
+    parsed = tuple(_parse_tool_call(call, f'"tool_calls[{i}]"') for i, call in enumerate(calls))
+    return ToolCalls(calls=parsed, interleave=interleave)
 
 
 _STEP_KEYS: dict[str, frozenset[str]] = {
@@ -179,6 +215,7 @@ _STEP_KEYS: dict[str, frozenset[str]] = {
     "text": frozenset({"text"}),
     "text_tokens": frozenset({"text_tokens"}),
     "tool_call": frozenset({"tool_call"}),
+    "tool_calls": frozenset({"tool_calls", "interleave"}),
     "status": frozenset({"status", "body", "retry_after", "times", "error", "in_stream"}),
     "delay_s": frozenset({"delay_s"}),
     "drop": frozenset({"drop"}),
@@ -206,6 +243,8 @@ def _parse_step(step: Any, i: int) -> Step:
         return Text(text=text, tokens=count)
     if kind == "tool_call":
         return _parse_tool_call(step["tool_call"])
+    if kind == "tool_calls":
+        return _parse_tool_calls(step)
     if kind == "status":
         retry = step.get("retry_after")
         times = step.get("times")
@@ -254,7 +293,7 @@ def parse_script(text: str) -> Script:
     for step in steps:
         if isinstance(step, Reasoning) and seen_output:
             raise ScriptError("reasoning steps must come before text and tool calls")
-        seen_output = seen_output or isinstance(step, Text | ToolCall)
+        seen_output = seen_output or isinstance(step, Text | ToolCall | ToolCalls)
     return Script(steps=steps, key=text.strip())
 
 
@@ -385,21 +424,48 @@ def _default_script(config: SimConfig) -> Script:
     )
 
 
-def _add_tool_call(out: _Builder, call: ToolCall, index: int, request: ChatRequest) -> None:
-    pieces = split_arguments(call.arguments)
-    if request.parse_tools:
-        # parallel_tool_calls=false: vLLM generates every call and returns only the first.
-        shown = index == 0 or request.parallel_tool_calls
-        out.add("tool_name" if shown else "hidden", call.name, index)
-        for piece in pieces:
-            out.add("tool_args" if shown else "hidden", piece, index)
-        out.add("hidden", "}\n</tool_call>", index)  # the parser swallows the closing markup
+def _tool_call_tokens(call: ToolCall, index: int, request: ChatRequest) -> list[Token]:
+    """A parsed call's tokens: its name, its argument pieces, the markup the parser swallows."""
+    # parallel_tool_calls=false: vLLM generates every call and returns only the first.
+    shown = index == 0 or request.parallel_tool_calls
+    name: TokenKind = "tool_name" if shown else "hidden"
+    args: TokenKind = "tool_args" if shown else "hidden"
+    return [
+        Token(kind=name, text=call.name, tool_index=index),
+        *(
+            Token(kind=args, text=piece, tool_index=index)
+            for piece in split_arguments(call.arguments)
+        ),
+        Token(kind="hidden", text="}\n</tool_call>", tool_index=index),
+    ]
+
+
+def _add_tool_calls(
+    out: _Builder, calls: Sequence[ToolCall], first: int, request: ChatRequest, *, interleave: bool
+) -> None:
+    """Calls numbered from ``first``: one after the other, or (``interleave``) a token of each
+    in turn, each call's own tokens in their order."""
+    if not request.parse_tools:
+        # No parser for this request: the hermes markup reaches the client as plain content.
+        for index, call in enumerate(calls, first):
+            if index > 0:
+                out.add("content", "\n")
+            out.add_text(
+                "content", ("<tool_call>", "\n", *split_text(f'{{"name": "{call.name}", '))
+            )
+            pieces = split_arguments(call.arguments)
+            out.add_text(
+                "content", (*split_text('"arguments": '), *pieces, "}", "\n", "</tool_call>")
+            )
         return
-    # No parser for this request: the hermes markup reaches the client as plain content.
-    if index > 0:
-        out.add("content", "\n")
-    out.add_text("content", ("<tool_call>", "\n", *split_text(f'{{"name": "{call.name}", ')))
-    out.add_text("content", (*split_text('"arguments": '), *pieces, "}", "\n", "</tool_call>"))
+    queues = [_tool_call_tokens(call, index, request) for index, call in enumerate(calls, first)]
+    if not interleave:
+        queues = [[token for queue in queues for token in queue]]
+    for turn in range(max(len(queue) for queue in queues)):
+        for queue in queues:
+            if turn < len(queue):
+                token = queue[turn]
+                out.add(token.kind, token.text, token.tool_index)
 
 
 def plan_generation(request: ChatRequest, config: SimConfig) -> Generation:
@@ -453,10 +519,13 @@ def plan_generation(request: ChatRequest, config: SimConfig) -> Generation:
                 else vocabulary_tokens(TEXT_VOCABULARY, step.tokens, seed + 1)
             )
             out.add_text("content", pieces)
-        elif isinstance(step, ToolCall):
+        elif isinstance(step, ToolCall | ToolCalls):
             close_think()
-            _add_tool_call(out, step, tool_calls, request)
-            tool_calls += 1
+            calls = (step,) if isinstance(step, ToolCall) else step.calls
+            interleave = isinstance(step, ToolCalls) and step.interleave
+            interleave = interleave and config.dialect in INTERLEAVING_DIALECTS
+            _add_tool_calls(out, calls, tool_calls, request, interleave=interleave)
+            tool_calls += len(calls)
         elif isinstance(step, Fault) and step.in_stream:
             if fault is None:
                 # Nothing after an in-stream error is ever sent: the script ends here.

@@ -10,7 +10,8 @@ the two cannot disagree. The grammar (docs/api.md, "Anthropic Messages"): ``mess
 ``message_delta`` (``stop_reason``, usage) and ``message_stop``. An error once the stream began
 is an ``error`` event, after which nothing follows (Anthropic ends the body there too).
 
-Reasoning: readable thinking (``ReasoningDelta``) is a ``thinking`` block; an Anthropic
+Reasoning, for a request that enabled thinking (for another, none: :class:`MessageBuilder`):
+readable thinking (``ReasoningDelta``) is a ``thinking`` block; an Anthropic
 provider's signed block ends it with its ``signature_delta``, a redacted one is a
 ``redacted_thinking`` block. Another vendor's detail (a Gemini thought signature, bound to a
 tool call) has no Anthropic form: it rides in a thinking block's ``signature`` as
@@ -43,6 +44,7 @@ from trio_gateway.core.events import (
     Usage,
 )
 from trio_gateway.core.reasoning_details import ANTHROPIC, detail_object
+from trio_gateway.providers.toolcall_stop import ObjectEnd
 
 Json = dict[str, Any]
 
@@ -164,15 +166,40 @@ class MessageBuilder:
 
     Whitespace before a text block's first visible character is not written: Qwen3 writes
     ``"\\n\\n"`` after its thinking, before the answer or a tool call, and Anthropic refuses a
-    whitespace-only text block when the client sends the turn back."""
+    whitespace-only text block when the client sends the turn back.
 
-    def __init__(self, *, message_id: str, model: str, input_tokens: int) -> None:
+    Thinking is written only when the request enabled it (``thinking``): Anthropic sends no
+    thinking block to a request that did not ask, and clients warn about one they did not ask
+    for. The reasoning is dropped then (its tokens still count in ``output_tokens``: they were
+    generated).
+
+    One block is open at a time, and each tool call is one ``tool_use`` block. A Chat
+    Completions upstream may interleave the fragments of several calls (``index`` 0, 1, 0, 1
+    …), so while a call is open and not known whole, everything that would open another block
+    (another call's fragments, text, thinking) is held, in order, and written once the call is
+    whole: its arguments have closed their JSON object (:class:`ObjectEnd`), or its
+    ``ToolCallDone`` came, or the answer ended. A call whose arguments close before the next
+    call begins (every upstream that does not interleave) holds nothing back. What is held is
+    a part of this answer's output, so it is bounded as the answer is: by the request's
+    ``max_tokens`` (lowered to the provider's output cap), and each call's arguments by the
+    tool-call assembler's 1 MiB; an answer that ends in an error drops it."""
+
+    def __init__(
+        self, *, message_id: str, model: str, input_tokens: int, thinking: bool = True
+    ) -> None:
         self._message_id = message_id
         self._model = model
         self._input_tokens = input_tokens
+        self._show_thinking = thinking
         self._index = -1
         self._open: str | None = None  # the type of the open block
         self._open_tool: int | None = None  # the tool call index of an open tool_use block
+        self._signed = False  # the open thinking block's signature_delta was written
+        self._arguments = ObjectEnd()  # the open tool call's arguments, as they close
+        self._written: set[int] = set()  # tool calls whose block has begun
+        self._whole: set[int] = set()  # tool calls the answer said are whole (ToolCallDone)
+        self._all_whole = False  # the answer ended: every call is as whole as it will be
+        self._held: list[Event] = []  # what waits for the open tool call to be whole
         self._usage: Usage | None = None
         self.started = False
         self.ended = False
@@ -205,14 +232,23 @@ class MessageBuilder:
     def _close(self) -> list[Json]:
         if self._open is None:
             return []
+        out: list[Json] = []
+        if self._open == "thinking" and not self._signed:
+            # Anthropic ends every thinking block with its signature_delta, and clients (the
+            # AI SDK) drop, with a warning, a streamed thinking block that had none when they
+            # send the turn back. A provider that does not sign (vLLM) gets the empty
+            # signature its whole answer carries.
+            out.append(self._delta({"type": "signature_delta", "signature": ""}))
         self._open = None
         self._open_tool = None
-        return [{"type": "content_block_stop", "index": self._index}]
+        out.append({"type": "content_block_stop", "index": self._index})
+        return out
 
     def _begin(self, block: Json) -> list[Json]:
         out = self._close()
         self._index += 1
         self._open = block["type"]
+        self._signed = False
         out.append({"type": "content_block_start", "index": self._index, "content_block": block})
         return out
 
@@ -246,11 +282,15 @@ class MessageBuilder:
             signature = encode_signature(detail)
             out = [] if self._open == "thinking" else self._begin(_thinking_start())
         out.append(self._delta({"type": "signature_delta", "signature": signature}))
+        self._signed = True
         return out + self._close()
 
     def _tool(self, event: ToolCallDelta) -> list[Json]:
-        out: list[Json] = []
-        if self._open != "tool_use" or self._open_tool != event.index:
+        if event.index != self._open_tool:
+            if event.index in self._written:
+                # Its block was closed once its arguments closed their object: what follows
+                # that is whitespace, or not JSON, and has no place in the input.
+                return []
             block = {
                 "type": "tool_use",
                 "id": event.id or "",
@@ -259,8 +299,45 @@ class MessageBuilder:
             }
             out = self._begin(block)
             self._open_tool = event.index
+            self._arguments = ObjectEnd()
+            self._written.add(event.index)
+        else:
+            out = []
         if event.arguments:
             out.append(self._delta({"type": "input_json_delta", "partial_json": event.arguments}))
+            if self._arguments.feed(event.arguments) and self._held:
+                out += self._release()
+        return out
+
+    def _open_call_is_whole(self) -> bool:
+        index = self._open_tool
+        return index is None or self._all_whole or index in self._whole or self._arguments.closed
+
+    def _content(self, event: Event) -> list[Json]:
+        """A piece of the answer's content, written now or held behind the open tool call."""
+        thinking = type(event) is ReasoningDelta or isinstance(event, ReasoningDetail)
+        if thinking and not self._show_thinking:
+            return []
+        own = isinstance(event, ToolCallDelta) and event.index == self._open_tool
+        if not own and (self._held or not self._open_call_is_whole()):
+            self._held.append(event)
+            return []
+        if type(event) is TextDelta:
+            return self._text(event.text)
+        if type(event) is ReasoningDelta:
+            return self._thinking(event.text)
+        if isinstance(event, ReasoningDetail):
+            return self._detail(event)
+        assert isinstance(event, ToolCallDelta)
+        return self._tool(event)
+
+    def _release(self) -> list[Json]:
+        """The open call is whole: its block ends, and what it held back is written (a later
+        call among it may hold back the rest again)."""
+        out = self._close()
+        held, self._held = self._held, []
+        for event in held:
+            out += self._content(event)
         return out
 
     def feed(self, event: Event) -> list[Json]:
@@ -269,22 +346,23 @@ class MessageBuilder:
         if not self.started and not isinstance(event, ResponseStarted):
             # Every provider starts with ResponseStarted; were one not to, the grammar holds.
             return self.start() + self.feed(event)
-        if type(event) is TextDelta:
-            return self._text(event.text)
-        if type(event) is ReasoningDelta:
-            return self._thinking(event.text)
-        if isinstance(event, ReasoningDetail):
-            return self._detail(event)
-        if isinstance(event, ToolCallDelta):
-            return self._tool(event)
+        if isinstance(event, TextDelta | ReasoningDelta | ReasoningDetail | ToolCallDelta):
+            return self._content(event)
         if isinstance(event, ResponseStarted):
             return self.start()
         if isinstance(event, Usage):
             self._usage = event
             return []
+        if isinstance(event, ToolCallDone):
+            self._whole.add(event.index)
+            if event.index == self._open_tool and self._held:
+                return self._release()
+            return []
         if isinstance(event, ResponseDone):
+            self._all_whole = True
+            out = self._release() if self._held else []
             self.ended = True
-            out = self._close()
+            out += self._close()
             usage = usage_fields(self._usage)
             if self._usage is None:
                 usage["input_tokens"] = self._input_tokens
@@ -297,9 +375,10 @@ class MessageBuilder:
             return out
         if isinstance(event, ErrorEvent):
             self.ended = True
+            self._held = []
             kind = "overloaded_error" if event.retryable else "api_error"
             return [{"type": "error", "error": {"type": kind, "message": event.message}}]
-        if isinstance(event, ToolCallDone | ResponseCancelled | CompletionText | Embeddings):
+        if isinstance(event, ResponseCancelled | CompletionText | Embeddings):
             return []
         raise TypeError(f"unknown event {event!r}")
 

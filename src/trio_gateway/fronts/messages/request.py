@@ -24,7 +24,10 @@ row also in docs/api.md, "Anthropic Messages"):
                            none → ``none``; ``disable_parallel_tool_use`` →
                            ``parallel_tool_calls: false``
 ``thinking``               enabled → ``reasoning_effort`` from ``budget_tokens``; adaptive →
-                           reasoning on (``output_config.effort`` its effort); disabled → off
+                           reasoning on (``output_config.effort`` its effort); disabled → off;
+                           absent → the alias's ``messages_without_thinking``: nothing said
+                           (the model's default), or off (and no effort). Without thinking
+                           enabled, the answer shows none (:attr:`Translated.thinking`)
 ``output_config``          ``effort`` → ``reasoning_effort``; ``format`` (json_schema) →
                            ``response_format``
 ``stream``                 ``stream`` (the upstream is always asked for usage)
@@ -45,7 +48,7 @@ from typing import Any, Final
 
 import attrs
 
-from trio_gateway.config.schema import BuiltinTools
+from trio_gateway.config.schema import BuiltinTools, MessagesWithoutThinking
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.reasoning_details import ANTHROPIC, ENCRYPTED, TEXT
 from trio_gateway.core.request import ANTHROPIC_EXTRAS
@@ -131,6 +134,8 @@ class Translated:
     dropped: tuple[tuple[str, str], ...]
     # The server tools dropped, by type (SERVER_TOOL_TYPES or "other"), in the client's order.
     dropped_tools: tuple[str, ...] = ()
+    # The request enabled thinking (enabled or adaptive): only then does the answer show it.
+    thinking: bool = False
 
 
 # --- checks, in Anthropic's words --------------------------------------------------------------
@@ -441,7 +446,10 @@ def _budget_effort(budget: int) -> str:
     return next((effort for most, effort in BUDGET_EFFORTS if budget <= most), "xhigh")
 
 
-def _reasoning(body: Json, chat: Json, max_tokens: int | None) -> None:
+def _reasoning(
+    body: Json, chat: Json, max_tokens: int | None, without: MessagesWithoutThinking
+) -> bool:
+    """Sets the chat body's reasoning fields; True when the request enabled thinking."""
     effort: str | None = None
     config = body.get("output_config")
     if config is not None:
@@ -456,14 +464,18 @@ def _reasoning(body: Json, chat: Json, max_tokens: int | None) -> None:
             chat["response_format"] = _format(config["format"])
     thinking = body.get("thinking")
     if thinking is None:
-        if effort is not None:
+        if without == "off":
+            # Anthropic's effort without thinking governs the answer's other tokens, which
+            # no other vendor has a knob for: it is not sent as a reasoning effort here.
+            chat["reasoning"] = False
+        elif effort is not None:
             chat["reasoning_effort"] = effort
-        return
+        return False
     thinking = _obj("thinking", thinking)
     kind = _kind("thinking", thinking, ("enabled", "disabled", "adaptive"))
     if kind == "disabled":
         chat["reasoning"] = False
-        return
+        return False
     if kind == "enabled":
         budget = _int(
             "thinking.budget_tokens",
@@ -476,6 +488,7 @@ def _reasoning(body: Json, chat: Json, max_tokens: int | None) -> None:
     chat["reasoning"] = True
     if effort is not None:
         chat["reasoning_effort"] = effort
+    return True
 
 
 def _format(value: object) -> Json:
@@ -512,10 +525,12 @@ def translate(
     count_only: bool = False,
     builtin_tools: BuiltinTools = "drop",
     anthropic_beta: str | None = None,
+    without_thinking: MessagesWithoutThinking = "model_default",
 ) -> Translated:
     """A Messages body → the chat body (``count_tokens`` when ``count_only``: ``max_tokens``
     is not required there, and ``stream`` means nothing). Server tools are dropped, or the
-    request refused, as the alias's ``builtin_tools`` says."""
+    request refused, as the alias's ``builtin_tools`` says; a request without thinking asks
+    the provider what the alias's ``messages_without_thinking`` says."""
     body = _obj("body", body)
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -559,7 +574,7 @@ def translate(
             dropped.append(("tool_choice", "tool_choice"))
             chat.pop("tool_choice")
             chat.pop("parallel_tool_calls", None)
-    _reasoning(body, chat, max_tokens)
+    thinking = _reasoning(body, chat, max_tokens, without_thinking)
     if body.get("stream") is not None and not count_only:
         if type(body["stream"]) is not bool:
             raise _fail("stream", "Input should be a valid boolean")
@@ -576,4 +591,5 @@ def translate(
         session_id=session,
         dropped=tuple(dropped),
         dropped_tools=tuple(dropped_tools),
+        thinking=thinking,
     )

@@ -13,6 +13,7 @@ from functools import partial
 import attrs
 
 from trio_gateway.config.schema import ServerConfig
+from trio_gateway.core.anthropic_ids import anthropic_id
 from trio_gateway.core.keys import ApiKey
 from trio_gateway.core.request import ChatRequest, read_chat_json, validate_chat_body
 from trio_gateway.core.usage import estimate_prompt_tokens, estimate_tokens
@@ -54,12 +55,14 @@ def _read(router: Router, raw: bytes, *, count_only: bool = False) -> Translated
     if context is not None:
         context.alias = alias
     alias_config = router.aliases.get(alias) if alias is not None else None
-    builtin_tools = alias_config.builtin_tools if alias_config is not None else "drop"
     translated = translate(
         body,
         count_only=count_only,
-        builtin_tools=builtin_tools,
+        builtin_tools=alias_config.builtin_tools if alias_config is not None else "drop",
         anthropic_beta=context.anthropic_beta if context is not None else None,
+        without_thinking=(
+            alias_config.messages_without_thinking if alias_config is not None else "model_default"
+        ),
     )
     for label, name in translated.dropped:
         log.debug("messages: dropped %r (not translated for the chat shape)", name)
@@ -67,11 +70,12 @@ def _read(router: Router, raw: bytes, *, count_only: bool = False) -> Translated
     return translated
 
 
-def messages_request(router: Router, raw: bytes, key: ApiKey | None) -> ChatRequest:
+def messages_request(router: Router, raw: bytes, key: ApiKey | None) -> tuple[ChatRequest, bool]:
+    """The request, and whether it enabled thinking (only then does the answer show it)."""
     translated = _read(router, raw)
     request = validate_chat_body(translated.body)
     request = attrs.evolve(request, front=FRONT, dropped_tools=translated.dropped_tools)
-    return with_session(for_key(router, request, key), translated.session_id)
+    return with_session(for_key(router, request, key), translated.session_id), translated.thinking
 
 
 async def handle_messages(
@@ -87,26 +91,32 @@ async def handle_messages(
 ) -> Outcome:
     raw = await read_body(receive, server.max_body_bytes)
 
-    def read(raw: bytes) -> tuple[ChatRequest, int]:
+    def read(raw: bytes) -> tuple[ChatRequest, bool, int]:
+        request, thinking = messages_request(router, raw, key)
         # The client's x-session-id header wins over the one in metadata.user_id.
-        request = with_session(messages_request(router, raw, key), session_id)
+        request = with_session(request, session_id)
         router.screen(request)
         # message_start carries the input tokens before the vendor counted them: the
         # estimate, replaced by the count in message_delta.
-        return request, request.prompt_estimate()
+        return request, thinking, request.prompt_estimate()
 
-    request, estimate = await off_loop(len(raw), partial(read, raw))
+    request, thinking, estimate = await off_loop(len(raw), partial(read, raw))
     del raw
     alias = request.alias
+    # Anthropic's shape (msg_01…), its own: the answer id the chat path makes from the request
+    # id has a "-" and whatever a client's x-request-id holds.
+    message_id = anthropic_id("msg_")
 
-    def builder(message_id: str) -> MessageBuilder:
-        return MessageBuilder(message_id=message_id, model=alias, input_tokens=estimate)
+    def builder() -> MessageBuilder:
+        return MessageBuilder(
+            message_id=message_id, model=alias, input_tokens=estimate, thinking=thinking
+        )
 
-    def stream(message_id: str, created: int) -> Encoder:
-        return MessageEncoder(builder(message_id))
+    def stream(answer_id: str, created: int) -> Encoder:
+        return MessageEncoder(builder())
 
-    def whole(message_id: str, created: int) -> Accumulator:
-        return MessageAccumulator(builder(message_id))
+    def whole(answer_id: str, created: int) -> Accumulator:
+        return MessageAccumulator(builder())
 
     answer = Answer(
         id_prefix="msg",

@@ -61,6 +61,9 @@ def error_code(code: str) -> str:
 
 
 Seal = Callable[[list[dict[str, Any]]], str]
+# Told the final response (completed or incomplete) before it is written; False: it will not be
+# stored after all, and the response says so (``store: false``).
+Keep = Callable[[dict[str, Any]], bool]
 
 
 def usage_object(usage: Usage | None) -> dict[str, Any] | None:
@@ -93,6 +96,7 @@ class ResponseWriter:
         tool_names: Mapping[str, tuple[str, str]],
         seal: Seal,
         streaming: bool,
+        keep: Keep | None = None,
     ) -> None:
         self.id = response_id
         self._base = response_id.removeprefix("resp_")
@@ -110,6 +114,7 @@ class ResponseWriter:
         self._tool_names = tool_names
         self._seal = seal
         self._streaming = streaming
+        self._keep = keep
         self._sequence = 0
         self._started = False
         self.status = "in_progress"
@@ -409,11 +414,10 @@ class ResponseWriter:
         self.finish_reason = finish_reason
         self._incomplete = INCOMPLETE.get(finish_reason)
         out = self._end_items("incomplete" if self._incomplete else "completed")
-        if self._incomplete is not None:
-            self.status = "incomplete"
-            return out + self._emit("response.incomplete", {"response": self.response()})
-        self.status = "completed"
-        return out + self._emit("response.completed", {"response": self.response()})
+        self.status = "completed" if self._incomplete is None else "incomplete"
+        if self._keep is not None and not self._keep(self.response()):
+            self._meta["store"] = False
+        return out + self._emit(f"response.{self.status}", {"response": self.response()})
 
     def _failed(self, code: str, message: str) -> bytes:
         out = self._end_items("incomplete")
