@@ -107,6 +107,12 @@ def data_url_part(mime: str, data: bytes, detail: str | None = None) -> dict[str
         # Anthropic's own examples: 200 x 200 is about 54, 1092 x 1092 about 1590.
         ((200, 200), "auto", 255, 54, 258),
         ((1092, 1092), None, 765, 1590, 1032),
+        # Anthropic's long edge past 1568 px is scaled down first, keeping the aspect ratio
+        # (docs.claude.com/en/docs/vision, "Evaluate image size"): a long thin image counts as
+        # its fit (3136 x 100 as 1568 x 50: 105, not 3136 x 100 / 750 = 419), under the cap.
+        ((3136, 100), None, 765, 105, 1290),
+        ((100, 4000), None, 765, 82, 1548),
+        ((1568, 100), None, 765, 210, 774),
         # Gemini: 258 up to 384 px each way, then 258 a 768 px tile.
         ((384, 384), None, 255, 197, 258),
         ((385, 100), None, 255, 52, 258),

@@ -159,9 +159,11 @@ def test_the_exact_words_and_param_of_a_refusal(
     assert (info.value.message, info.value.param) == (message, param)
 
 
-def test_a_lone_surrogate_in_raw_utf8_is_read_as_json_loads_reads_it() -> None:
-    # Bytes that encode U+D800 directly: json.loads(bytes) takes them (surrogatepass), as the
-    # escaped form; a strict decode would refuse the body as not UTF-8.
+def test_a_lone_surrogate_is_refused_raw_or_escaped() -> None:
+    # No upstream can be sent one (UTF-8 has no encoding for it); OpenAI refuses it as invalid
+    # JSON too. Raw (bytes that encode U+D800) it is not UTF-8; escaped, not JSON (test_body.py).
     raw = b'{"model": "a", "messages": [{"role": "user", "content": "\xed\xa0\x80"}]}'
     escaped = b'{"model": "a", "messages": [{"role": "user", "content": "\\ud800"}]}'
-    assert parse_chat_request(raw).body == parse_chat_request(escaped).body == json.loads(raw)
+    for body in (raw, escaped):
+        with pytest.raises(InvalidJSON):
+            parse_chat_request(body)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -33,6 +35,9 @@ from trio_gateway.process.workers import second_signal_hint, serve_workers
 from trio_gateway.sim import sim_main
 
 EXIT_CONFIG = 2
+# A command whose output's reader left (a pipe closed early): 128 + SIGPIPE, as a shell reports
+# any tool that signal ended, so `set -o pipefail` scripts see what `head` did to it.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # The starter config `init` writes: the embedded-simulator default, the same as the repository's
 # gateway.toml (a test keeps the two identical).
@@ -245,6 +250,33 @@ def _serve_argv(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every command; one whose reader closes the pipe early (``trio-gateway usage --json |
+    head -3``) stops there, quietly, with the status a shell gives a tool SIGPIPE ended."""
+    try:
+        try:
+            status = _command(argv)
+        finally:
+            # Here, not as the interpreter exits (a closed pipe is then a warning on stderr);
+            # after argparse's --help and --version (a SystemExit) too.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _drop_output()
+        return EXIT_BROKEN_PIPE
+    return status
+
+
+def _drop_output() -> None:
+    """What is still buffered for stdout or stderr goes nowhere: the interpreter flushes both
+    as it exits, and a write to the closed pipe would fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        # ValueError, OSError: no file behind the stream (replaced, or closed).
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
+def _command(argv: list[str] | None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["sim"]:
         return sim_main(args_in[1:])

@@ -200,6 +200,13 @@ _HEAD_ID = re.compile(
 )
 
 
+def _head_id(data: str | bytes) -> str | None:
+    """The id a message that cannot be read names in its head, if it is written first."""
+    head = data[:256] if isinstance(data, str) else data[:256].decode("utf-8", "replace")
+    match = _HEAD_ID.match(head)
+    return match.group(1) if match else None
+
+
 def _valid_id(value: object) -> str | None:
     if isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS:
         return value
@@ -220,20 +227,20 @@ def refusal(error: MessageRefused) -> dict[str, Any]:
 
 def parse_client_message(data: str | bytes, *, max_bytes: int) -> ClientMessage:
     """Parse one WebSocket message from a client, or raise a :class:`MessageRefused`."""
-    size = len(data.encode()) if isinstance(data, str) else len(data)
+    # surrogatepass: a str is measured, never refused here (the reader refuses a lone one).
+    size = len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else len(data)
     if size > max_bytes:
-        head = data[:256] if isinstance(data, str) else data[:256].decode("utf-8", "replace")
-        match = _HEAD_ID.match(head)
         raise MessageTooLarge(
             f"message of {size} bytes is over the limit of {max_bytes} bytes",
-            message_id=match.group(1) if match else None,
+            message_id=_head_id(data),
         )
     try:
         obj = strict_loads(data)
     except UnicodeDecodeError:
-        raise InvalidMessage("message is not UTF-8") from None
+        raise InvalidMessage("message is not UTF-8", message_id=_head_id(data)) from None
     except ValueError as exc:
-        raise InvalidMessage(f"message is not JSON: {exc}") from None
+        # Where in the message, as an HTTP body's refusal says it (core/body.py).
+        raise InvalidMessage(f"message is not JSON: {exc}", message_id=_head_id(data)) from None
     if not isinstance(obj, dict):
         raise InvalidMessage("message must be a JSON object")
     raw_id = obj.get("id")

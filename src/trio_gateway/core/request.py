@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
 
+from trio_gateway.core.body import CHAT_PARTS, JSONRefused, PartPaths, check_parts, loads
 from trio_gateway.core.capability import Capability
 from trio_gateway.core.errors import InvalidJSON, InvalidRequest, UnsupportedParameter
 from trio_gateway.core.kind import RequestKind
@@ -54,6 +54,9 @@ class ChatRequest:
     # Its priority class, lower first (core/priority.py): the key's or the alias's, or lower as
     # the client asked. Orders the gateway's queues, and goes to vLLM as its `priority`.
     priority: int = 0
+    # The alias's input filters passed it (Router.screen): set where a front scanned it off
+    # the event loop, so that planning does not scan it again.
+    screened: bool = False
     # The prompt's estimate (usage.estimate_prompt_tokens), taken when the body is released.
     _prompt_estimate: int | None = attrs.field(default=None, init=False, repr=False)
 
@@ -104,34 +107,11 @@ def _has_image(messages: list[dict[str, Any]]) -> bool:
     return False
 
 
-class _NotJSON(ValueError):
-    pass
-
-
-def _no_constants(name: str) -> object:
-    # Python's json reads NaN and Infinity; JSON has no such values, and no upstream takes them.
-    raise _NotJSON(f"{name} is not a JSON value")
-
-
-# json.loads with any argument builds a new decoder (and its scanner) per call: this one is
-# built once, and keeps no state between calls.
-_DECODER = json.JSONDecoder(parse_constant=_no_constants)
-
-
 def strict_loads(raw: bytes | str) -> Any:
-    """JSON as the RFC has it: NaN and Infinity are errors, and so is nesting too deep for the
-    parser (a ValueError, not a crash). Bytes are read as ``json.loads`` reads them (UTF-8, 16
-    or 32, a UTF-8 BOM skipped), and a text starting with a BOM is refused as it refuses it."""
-    if isinstance(raw, str):
-        if raw.startswith("\ufeff"):
-            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", raw, 0)
-        text = raw
-    else:
-        text = raw.decode(json.detect_encoding(raw), "surrogatepass")
-    try:
-        return _DECODER.decode(text)
-    except RecursionError:
-        raise _NotJSON("nested too deeply") from None
+    """JSON as the RFC has it (:func:`trio_gateway.core.body.loads`): NaN and Infinity, lone
+    surrogates, numbers no double or int holds are errors, and so is nesting too deep for the
+    parser (a ValueError, not a crash)."""
+    return loads(raw)
 
 
 def parse_chat_request(raw: bytes) -> ChatRequest:
@@ -139,20 +119,18 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     return validate_chat_body(read_chat_json(raw), depth_known=within_depth(raw))
 
 
-def read_chat_json(raw: bytes) -> Any:
-    """A request body as JSON, not yet validated; :class:`InvalidJSON` when it is not JSON.
-    The fronts read it apart from :func:`validate_chat_body` to learn the alias it names
+def read_chat_json(raw: bytes, parts: PartPaths = ()) -> Any:
+    """A request body as JSON, not yet validated; :class:`InvalidJSON` when it is not JSON,
+    saying where, and :class:`InvalidRequest` past :data:`~trio_gateway.core.body.
+    MAX_CONTENT_PARTS` of the arrays at ``parts`` (the front's messages and their parts).
+    Every front reads its body here, apart from its validation, to learn the alias it names
     (:func:`requested_alias`) before validation can refuse it."""
     try:
-        return strict_loads(raw)
-    except _NotJSON as exc:
+        return loads(raw, parts)
+    except JSONRefused as exc:
         raise InvalidJSON(f"request body is not valid JSON: {exc}") from None
     except UnicodeDecodeError as exc:
         raise InvalidJSON(f"request body is not UTF-8: {exc.reason} at byte {exc.start}") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidJSON(
-            f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
 
 
 def requested_alias(body: object) -> str | None:
@@ -172,6 +150,7 @@ def validate_chat_body(body: object, *, depth_known: bool = False) -> ChatReques
     alias = requested_alias(body)
     if alias is None:
         raise InvalidRequest("'model' must be a non-empty string (an alias)", param="model")
+    check_parts(body, CHAT_PARTS)
     # OpenAI's own rules, every field at once: after this, each field read below has its shape.
     validate_body(body, depth_known=depth_known)
     messages: list[dict[str, Any]] = body["messages"]

@@ -173,10 +173,10 @@ class Router:
             for alias, config in self.aliases.items()
         }
 
-    def plan(self, request: ChatRequest) -> Plan:
-        """Raises (unknown alias, missing capability, a request its input filters refuse)
-        before anything is sent upstream."""
-        alias = resolve_alias(self.aliases, request.alias)
+    def screen(self, request: ChatRequest) -> None:
+        """Refuse a request its alias's input filters match (``ContentFiltered``), and mark it
+        screened. Needs no event loop: a front reading a big body runs it in a worker thread
+        (fronts/off_loop.py), where a scan of megabytes holds no other request up."""
         filters = self.filters.get(request.alias, NO_FILTERS)
         if filters.input is not None:
             rule = input_match(filters.input, request.body)
@@ -185,6 +185,16 @@ class Router:
                 raise ContentFiltered(
                     f"the request matches the input filter {rule.name!r}", filter_name=rule.name
                 )
+        request.screened = True
+
+    def plan(self, request: ChatRequest) -> Plan:
+        """Raises (unknown alias, missing capability, a request its input filters refuse)
+        before anything is sent upstream. A request :meth:`screen` passed is not scanned
+        again."""
+        alias = resolve_alias(self.aliases, request.alias)
+        if not request.screened:
+            self.screen(request)
+        filters = self.filters.get(request.alias, NO_FILTERS)
         eligible = eligible_providers(request.alias, alias, request.required, request.kind)
         now = trio.current_time()
         health = self.health

@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from trio_gateway.config.schema import ServerConfig
+from trio_gateway.core.body import CHAT_PARTS, PartPaths
 from trio_gateway.core.errors import ContentFiltered, GatewayError, InternalError
 from trio_gateway.core.events import Event
 from trio_gateway.core.keys import ApiKey
@@ -35,6 +36,7 @@ from trio_gateway.fronts.http import (
     send_error,
     send_json,
 )
+from trio_gateway.fronts.off_loop import off_loop
 from trio_gateway.fronts.openai_chunks import ChunkEncoder, ResponseAccumulator, error_chunk
 from trio_gateway.ops.access import RequestContext
 from trio_gateway.ops.access import current as current_request
@@ -119,7 +121,11 @@ def read_chat_request(router: Router, raw: bytes, key: ApiKey | None) -> ChatReq
     context as soon as the body is JSON: a refusal after that (validation, the key, routing,
     limits) is recorded under it (docs/accounting.md, "The record")."""
     return read_request(
-        router, raw, key, lambda body, raw: validate_chat_body(body, depth_known=within_depth(raw))
+        router,
+        raw,
+        key,
+        lambda body, raw: validate_chat_body(body, depth_known=within_depth(raw)),
+        CHAT_PARTS,
     )
 
 
@@ -128,13 +134,29 @@ def read_request(
     raw: bytes,
     key: ApiKey | None,
     validate: Callable[[object, bytes], ChatRequest],
+    parts: PartPaths = (),
 ) -> ChatRequest:
-    """:func:`read_chat_request` for any endpoint, with its own validation of the decoded body."""
-    body = read_chat_json(raw)
+    """:func:`read_chat_request` for any endpoint, with its own validation of the decoded body
+    (and its own ``parts``, the arrays whose items core/body.py bounds)."""
+    body = read_chat_json(raw, parts)
     context = current_request()
     if context is not None:
         context.alias = known_alias(router, body)
     return for_key(router, validate(body, raw), key)
+
+
+async def read_screened(
+    router: Router, raw: bytes, read: Callable[[bytes], ChatRequest]
+) -> ChatRequest:
+    """A front's reading of ``raw`` into a request (``read(raw)``) and its alias's input
+    filters (``Router.screen``): in a worker thread when the body is big (``off_loop``)."""
+
+    def read_and_screen() -> ChatRequest:
+        request = read(raw)
+        router.screen(request)
+        return request
+
+    return await off_loop(len(raw), read_and_screen)
 
 
 def for_key(router: Router, request: ChatRequest, key: ApiKey | None) -> ChatRequest:
@@ -215,7 +237,9 @@ async def handle_chat(
 ) -> Outcome:
     # The raw bytes are not kept in this frame: it lasts as long as the answer streams.
     raw = await read_body(receive, server.max_body_bytes)
-    request = with_session(read_chat_request(router, raw, key), session_id)
+    request = await read_screened(
+        router, raw, lambda raw: with_session(read_chat_request(router, raw, key), session_id)
+    )
     del raw
 
     encoders: list[ChunkEncoder] = []

@@ -10,7 +10,14 @@ from trio_gateway.core.keys import ApiKey
 from trio_gateway.dispatch.relay import DropConnection, Outcome
 from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import with_session
-from trio_gateway.fronts.chat import Accumulator, Answer, Encoder, read_request, serve_request
+from trio_gateway.fronts.chat import (
+    Accumulator,
+    Answer,
+    Encoder,
+    read_request,
+    read_screened,
+    serve_request,
+)
 from trio_gateway.fronts.completion_chunks import (
     CompletionAccumulator,
     CompletionChunkEncoder,
@@ -32,7 +39,11 @@ async def handle_completions(
     session_id: str | None = None,
 ) -> Outcome:
     raw = await read_body(receive, server.max_body_bytes)
-    request = with_session(read_request(router, raw, key, completions_request), session_id)
+    request = await read_screened(
+        router,
+        raw,
+        lambda raw: with_session(read_request(router, raw, key, completions_request), session_id),
+    )
     del raw
     alias = request.alias
 
@@ -65,7 +76,11 @@ async def handle_embeddings(
     session_id: str | None = None,
 ) -> Outcome:
     raw = await read_body(receive, server.max_body_bytes)
-    request = with_session(read_request(router, raw, key, embeddings_request), session_id)
+    request = await read_screened(
+        router,
+        raw,
+        lambda raw: with_session(read_request(router, raw, key, embeddings_request), session_id),
+    )
     del raw
     alias = request.alias
 

@@ -16,7 +16,7 @@ from trio_gateway.core.keys import ApiKey
 from trio_gateway.dispatch.relay import DropConnection, Item, Outcome, relay
 from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.auth import with_session
-from trio_gateway.fronts.chat import client_watch, read_chat_request
+from trio_gateway.fronts.chat import client_watch, read_chat_request, read_screened
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Receive, Send, SSEAnswer, read_body
 
@@ -36,7 +36,9 @@ async def handle_events(
 ) -> Outcome:
     # The raw bytes are not kept in this frame: it lasts as long as the answer streams.
     raw = await read_body(receive, server.max_body_bytes)
-    request = with_session(read_chat_request(router, raw, key), session_id)
+    request = await read_screened(
+        router, raw, lambda raw: with_session(read_chat_request(router, raw, key), session_id)
+    )
     del raw
     plan = router.plan(request)
     admission = await router.admit(key, request, plan)

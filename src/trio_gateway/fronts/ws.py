@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -70,6 +71,7 @@ from trio_gateway.dispatch.router import Plan, Router
 from trio_gateway.fronts.auth import authorize, prioritize, websocket_handshake
 from trio_gateway.fronts.chat import known_alias
 from trio_gateway.fronts.http import JSON_HEADERS, Receive, Scope, Send
+from trio_gateway.fronts.off_loop import off_loop
 from trio_gateway.fronts.openai_chunks import dumps as json_bytes
 from trio_gateway.ops.access import RequestContext, log_access, request_context
 from trio_gateway.ops.drain import SHUTDOWN
@@ -403,18 +405,21 @@ class _Socket:
                 return
             if kind == "websocket.receive":
                 text = message.get("text")
-                self._on_message(text if text is not None else message.get("bytes") or b"")
+                await self._on_message(text if text is not None else message.get("bytes") or b"")
 
-    def _on_message(self, data: str | bytes) -> None:
+    async def _on_message(self, data: str | bytes) -> None:
+        """One message; a big one read (and its request checked) off the loop, while the
+        socket's next message waits (``fronts/off_loop.py``)."""
         if self._stopping:
             return  # a message received just as the socket began to close: nothing may start
+        read = partial(parse_client_message, data, max_bytes=self._config.max_message_bytes)
         try:
-            parsed = parse_client_message(data, max_bytes=self._config.max_message_bytes)
+            parsed = await off_loop(len(data), read)
         except MessageRefused as exc:
             self._enqueue(refusal(exc))
             return
         if isinstance(parsed, RequestMessage):
-            self._start(parsed)
+            await self._start(parsed, len(data))
         elif isinstance(parsed, CancelMessage):
             # Unknown or finished ids are ignored: a cancel may cross the answer's last event.
             request = self._requests.get(parsed.id)
@@ -425,7 +430,7 @@ class _Socket:
         elif isinstance(parsed, PongMessage):
             self._pong.set()
 
-    def _start(self, message: RequestMessage) -> None:
+    async def _start(self, message: RequestMessage, size: int) -> None:
         if message.id in self._requests:
             self._enqueue(
                 refusal(
@@ -451,8 +456,7 @@ class _Socket:
             return
         request_id = self._front.new_request_id()
         try:
-            request = authorize(validate_chat_body(message.body), self._key)
-            request = prioritize(request, self._key, self._front.router.aliases)
+            request = await off_loop(size, partial(self._read_request, message.body))
             plan = self._front.router.plan(request)
         except GatewayError as exc:
             self._refused(request_id, exc.code, alias)
@@ -465,6 +469,15 @@ class _Socket:
             self._idle = trio.Event()
         assert self._requests_nursery is not None
         self._requests_nursery.start_soon(self._serve_request, entry, request, plan)
+
+    def _read_request(self, body: dict[str, Any]) -> ChatRequest:
+        """A request message's body as the request the socket's key may make, screened by
+        its alias's input filters."""
+        router = self._front.router
+        request = authorize(validate_chat_body(body), self._key)
+        request = prioritize(request, self._key, router.aliases)
+        router.screen(request)
+        return request
 
     def _refused(self, request_id: str, code: str, alias: str | None) -> None:
         """A request refused before its relay began (which records the others); ``alias`` is

@@ -111,6 +111,14 @@ EFFORTS: Final = {
 # low 2048, medium 8192, high 16384, xhigh 32768) is nearest, geometrically.
 BUDGET_EFFORTS: Final = ((3_000, "low"), (12_000, "medium"), (24_000, "high"))
 MIN_THINKING_BUDGET: Final = 1024
+# Where its messages and their parts are (core/body.py bounds them): the system blocks, the
+# messages, their blocks, and the blocks of a tool result.
+MESSAGES_PARTS: Final = (
+    ("system",),
+    ("messages",),
+    ("messages", "*", "content"),
+    ("messages", "*", "content", "*", "content"),
+)
 # Claude Code's user id: a JSON object with a session_id (2.1.78 and later), or the older
 # "user_<hash>_account_<uuid>_session_<uuid>".
 _SESSION_IN_TEXT: Final = re.compile(r"_session_([0-9A-Za-z-]{1,128})$")
@@ -448,7 +456,8 @@ def _reasoning(
         config = _obj("output_config", config)
         if config.get("effort") is not None:
             wanted = config["effort"]
-            if wanted not in EFFORTS:
+            # A list or an object is no key of EFFORTS (nor hashable): refused as any other.
+            if not isinstance(wanted, str) or wanted not in EFFORTS:
                 raise _fail("output_config.effort", f"Input should be one of {', '.join(EFFORTS)}")
             effort = EFFORTS[wanted]
         if config.get("format") is not None:

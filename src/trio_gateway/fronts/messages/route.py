@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 
 import attrs
 
@@ -38,7 +39,8 @@ from trio_gateway.fronts.messages.events import (
     anthropic_error,
     anthropic_stream_error,
 )
-from trio_gateway.fronts.messages.request import FRONT, Translated, translate
+from trio_gateway.fronts.messages.request import FRONT, MESSAGES_PARTS, Translated, translate
+from trio_gateway.fronts.off_loop import off_loop
 from trio_gateway.ops.access import current as current_request
 
 log = logging.getLogger("trio_gateway")
@@ -47,7 +49,7 @@ log = logging.getLogger("trio_gateway")
 def _read(router: Router, raw: bytes, *, count_only: bool = False) -> Translated:
     """The body, translated; the alias it names goes into the request's context first, as
     ``chat.read_request`` does, so a refusal is recorded under it."""
-    body = read_chat_json(raw)
+    body = read_chat_json(raw, MESSAGES_PARTS)
     context = current_request()
     alias = known_alias(router, body)
     if context is not None:
@@ -88,14 +90,19 @@ async def handle_messages(
     session_id: str | None = None,
 ) -> Outcome:
     raw = await read_body(receive, server.max_body_bytes)
-    request, thinking = messages_request(router, raw, key)
-    # The client's x-session-id header wins over the one in metadata.user_id.
-    request = with_session(request, session_id)
+
+    def read(raw: bytes) -> tuple[ChatRequest, bool, int]:
+        request, thinking = messages_request(router, raw, key)
+        # The client's x-session-id header wins over the one in metadata.user_id.
+        request = with_session(request, session_id)
+        router.screen(request)
+        # message_start carries the input tokens before the vendor counted them: the
+        # estimate, replaced by the count in message_delta.
+        return request, thinking, request.prompt_estimate()
+
+    request, thinking, estimate = await off_loop(len(raw), partial(read, raw))
     del raw
     alias = request.alias
-    # message_start carries the input tokens before the vendor counted them: the estimate,
-    # replaced by the count in message_delta.
-    estimate = request.prompt_estimate()
     # Anthropic's shape (msg_01…), its own: the answer id the chat path makes from the request
     # id has a "-" and whatever a client's x-request-id holds.
     message_id = anthropic_id("msg_")
@@ -138,8 +145,13 @@ async def handle_count_tokens(
     """``{"input_tokens": N}``: the gateway's own estimate of the prompt (the one budgets hold),
     not a vendor's count; nothing is sent upstream."""
     raw = await read_body(receive, server.max_body_bytes)
-    translated = _read(router, raw, count_only=True)
+    tokens = await off_loop(len(raw), partial(_count_tokens, router, raw, key))
     del raw
+    await send_json(send, 200, {"input_tokens": tokens}, [(b"request-id", request_id.encode())])
+
+
+def _count_tokens(router: Router, raw: bytes, key: ApiKey | None) -> int:
+    translated = _read(router, raw, count_only=True)
     request = authorize(validate_chat_body(translated.body), key)
     alias = resolve_alias(router.aliases, request.alias)
     types = {p.type for p in alias.providers}
@@ -147,4 +159,4 @@ async def handle_count_tokens(
     if "tools" in translated.body:
         tools = json.dumps(translated.body["tools"], ensure_ascii=False)
         tokens += estimate_tokens(len(tools))
-    await send_json(send, 200, {"input_tokens": tokens}, [(b"request-id", request_id.encode())])
+    return tokens

@@ -17,6 +17,7 @@ import secrets
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -57,6 +58,7 @@ from trio_gateway.fronts.chat import (
 )
 from trio_gateway.fronts.direct import ClientSocket
 from trio_gateway.fronts.http import Message, Receive, Send, read_body, send_json
+from trio_gateway.fronts.off_loop import OFF_LOOP_BODY_BYTES, off_loop
 from trio_gateway.fronts.responses.events import ResponseWriter
 from trio_gateway.fronts.responses.items import Item, item_not_found, references
 from trio_gateway.fronts.responses.request import ResponsesRequest, parse_responses_body
@@ -66,6 +68,9 @@ from trio_gateway.ops.access import current as current_request
 log = logging.getLogger("trio_gateway")
 
 FRONT: Final = "responses"
+# Where its messages and their parts are (core/body.py bounds them): the input items, and
+# the content of each.
+RESPONSES_PARTS: Final = (("input",), ("input", "*", "content"))
 # How long a request naming a response still being written waits for it to be stored: the
 # client may send its next turn as soon as it read the last event, before the store has it.
 PENDING_WAIT_S: Final = 10.0
@@ -207,8 +212,8 @@ async def handle_responses(
 ) -> Outcome:
     service = service_of(router)
     raw = await read_body(receive, server.max_body_bytes)
-    body = read_chat_json(raw)
-    depth_known = within_depth(raw)
+    size = len(raw)
+    body, depth_known = await off_loop(size, partial(_read, raw))
     del raw
     alias = known_alias(router, body)
     context = current_request()
@@ -223,18 +228,29 @@ async def handle_responses(
     wanted = references(body.get("input") if isinstance(body, dict) else None)
     referenced = await service.referenced(owner, wanted) if wanted else {}
     alias_config = router.aliases.get(alias) if alias is not None else None
-    parsed = parse_responses_body(
-        body,
-        history=history,
-        referenced=referenced,
-        opener=service.sealer.open,
-        builtin_tools=alias_config.builtin_tools if alias_config is not None else "drop",
-    )
+
+    def translate(
+        history: list[Item], referenced: dict[str, Item]
+    ) -> tuple[ResponsesRequest, ChatRequest]:
+        parsed = parse_responses_body(
+            body,
+            history=history,
+            referenced=referenced,
+            opener=service.sealer.open,
+            builtin_tools=alias_config.builtin_tools if alias_config is not None else "drop",
+        )
+        _count_dropped(router, parsed.dropped_fields, parsed.dropped_tools)
+        request = for_key(router, _validated(parsed, depth_known), key)
+        request = attrs.evolve(request, front=FRONT, dropped_tools=parsed.dropped_tools)
+        request = with_session(request, session_id or parsed.session)
+        router.screen(request)
+        return parsed, request
+
+    # A stored conversation's size is not known without measuring it: read with one, as with
+    # a big body, off the loop.
+    many = OFF_LOOP_BODY_BYTES + 1 if history or referenced else size
+    parsed, request = await off_loop(many, partial(translate, history, referenced))
     del history, referenced
-    _count_dropped(router, parsed.dropped_fields, parsed.dropped_tools)
-    request = for_key(router, _validated(parsed, depth_known), key)
-    request = attrs.evolve(request, front=FRONT, dropped_tools=parsed.dropped_tools)
-    request = with_session(request, session_id or parsed.session)
 
     # Its own, not the request id's: a client's x-request-id may come twice, a response id not.
     response_id = "resp_" + secrets.token_hex(16)
@@ -372,3 +388,9 @@ async def handle_stored(
     if record is None:
         raise ResponseNotFound(f"Response with id '{response_id}' not found.")
     await send_json(send, 200, record.response)
+
+
+def _read(raw: bytes) -> tuple[Any, bool]:
+    """The body as JSON (its parts bounded), and whether its nesting is known to be within
+    validation's bound."""
+    return read_chat_json(raw, RESPONSES_PARTS), within_depth(raw)
