@@ -33,7 +33,7 @@ RESIZABLE_FIELDS = (
     "reserved_for_priority_at_most",
 )
 # Top-level sections bound to what the process set up at start.
-FIXED_SECTIONS = ("server", "websocket", "simulators", "usage", "redis", "limits")
+FIXED_SECTIONS = ("server", "websocket", "simulators", "usage", "redis", "limits", "tracing")
 
 
 class Change(enum.Enum):

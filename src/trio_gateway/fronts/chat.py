@@ -342,4 +342,5 @@ async def serve_request(
         drop_connection=drop_connection,
         request_id=request_id,
         admission=admission,
+        response_id=completion_id,
     )
