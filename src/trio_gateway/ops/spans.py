@@ -301,11 +301,11 @@ class AnswerWatch:
         messages: list[dict[str, Any]] = []
         indexes = sorted(set(self._texts) | ({0} if self._calls else set()))
         for position, index in enumerate(indexes):
-            parts: list[dict[str, Any]] = [
-                {"type": "text", "content": "".join(self._texts.get(index, ()))}
-            ]
-            if index == 0:
-                parts += self._calls
+            calls = self._calls if index == 0 else []
+            text = "".join(self._texts.get(index, ()))
+            # An answer of tool calls alone has no text part.
+            parts = [{"type": "text", "content": text}] if text or not calls else []
+            parts += calls
             message: dict[str, Any] = {"role": "assistant", "parts": parts}
             if position < len(self.finish_reasons):
                 message["finish_reason"] = self.finish_reasons[position]
