@@ -14,9 +14,11 @@ the system calls are out. A repeated run agrees to about 0.2 %.
     .venv/bin/python -m bench.request_instructions [-n 300 --connections 8]
 
 To tell what one part costs: ``--log-level warning`` (no access line), ``--ledger none`` (no
-SQLite); ``--floor server`` counts the gateway's HTTP/1.x front alone answering a canned body,
-``--floor hypercorn`` hypercorn alone doing the same, ``--floor upstream`` the front plus the
-upstream exchange on the gateway's HTTP/1.1 client (``bench/server_floor.py``).
+SQLite), ``--tracing 1.0`` (the gateway's own spans at that sample ratio, exported to
+``bench/otlp_sink.py``, which runs outside valgrind); ``--floor server`` counts the gateway's
+HTTP/1.x front alone answering a canned body, ``--floor hypercorn`` hypercorn alone doing the
+same, ``--floor upstream`` the front plus the upstream exchange on the gateway's HTTP/1.1
+client (``bench/server_floor.py``).
 
 Needs valgrind (Debian: ``apt-get install valgrind``). About a minute.
 """
@@ -97,10 +99,20 @@ def served_argv(args: argparse.Namespace, run: Path, port: int, upstream_port: i
     settings = SETTINGS
     if args.ledger != "default":
         settings = attrs.evolve(settings, server_extra=f'[usage]\nledger = "{args.ledger}"')
+    if args.tracing is not None:
+        settings = attrs.evolve(settings, tables=tracing_table(args.tracing, args.sink_port))
     config = run / "gateway.toml"
     config.write_text(gateway_toml(settings, port, upstream_port), encoding="utf-8")
     argv = [PYTHON, "-m", "trio_gateway", "serve", "--config", str(config)]
     return [*argv, "--log-level", args.log_level]
+
+
+def tracing_table(ratio: float, sink_port: int) -> str:
+    """``[tracing]`` at ``ratio``, exporting to the sink (bench/otlp_sink.py)."""
+    return (
+        f'[tracing]\notlp_endpoint = "http://127.0.0.1:{sink_port}/v1/traces"\n'
+        f"sample_ratio = {ratio!r}\n"
+    )
 
 
 def instructions(args: argparse.Namespace, work: Path, upstream_port: int, requests: int) -> int:
@@ -138,19 +150,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--floor", choices=("none", "server", "hypercorn", "upstream"), default="none"
     )
+    parser.add_argument("--tracing", type=float, help="[tracing] at this sample ratio")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     upstream_port = free_port()
     upstream_argv = [PYTHON, "-m", "bench.fast_upstream", "--listen", f"127.0.0.1:{upstream_port}"]
+    args.sink_port = free_port()
+    sink_argv = [PYTHON, "-m", "bench.otlp_sink", "--listen", f"127.0.0.1:{args.sink_port}"]
     with tempfile.TemporaryDirectory(prefix="request-instructions-") as tmp:
         work = Path(tmp)
-        with running(
-            "fast upstream",
-            upstream_argv,
-            log_path=work / "upstream.log",
-            ready_url=f"http://127.0.0.1:{upstream_port}/health",
+        with (
+            running(
+                "fast upstream",
+                upstream_argv,
+                log_path=work / "upstream.log",
+                ready_url=f"http://127.0.0.1:{upstream_port}/health",
+            ),
+            running(
+                "otlp sink",
+                sink_argv,
+                log_path=work / "sink.log",
+                ready_url=f"http://127.0.0.1:{args.sink_port}/health",
+            ),
         ):
             short = instructions(args, work, upstream_port, args.n)
             long = instructions(args, work, upstream_port, 3 * args.n)
@@ -164,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "log_level": args.log_level,
         "ledger": args.ledger,
         "floor": args.floor,
+        "tracing": args.tracing,
         "runs": [
             {"requests": args.n, "instructions": short},
             {"requests": 3 * args.n, "instructions": long},

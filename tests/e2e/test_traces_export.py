@@ -5,6 +5,7 @@ not even imported."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import textwrap
@@ -20,10 +21,12 @@ from tests.e2e.harness import (
     provider_toml,
     running_gateway,
     running_sim,
+    wait_until,
 )
 from tests.e2e.nginx import free_port
 from tests.e2e.test_admission import metric, scrape_when
 from tests.otlp_receiver import running_receiver
+from trio_gateway.config.load import parse_config
 
 REQUESTS = 12
 # Small bounds, so that a dozen requests overflow them.
@@ -126,3 +129,30 @@ def test_with_tracing_off_no_span_is_made_and_the_sdk_is_not_imported() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.stdout.strip() == "ok", result.stderr
+
+
+async def test_export_headers_come_from_the_environment_and_are_never_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    token = "Bearer otlp-s3cret-" + "x" * 8
+    with running_receiver() as receiver:
+        async with running_sim(FAST_SIM) as sim:
+            text = (
+                f'[server]\nlisten = "127.0.0.1:0"\n[tracing]\notlp_endpoint = "{receiver.url}"\n'
+                'export_interval_s = 0.05\n[tracing.headers]\nauthorization = "OTLP_TOKEN"\n'
+                f"[aliases.agent-lite]\n{provider_toml('sim-a', sim.base_url)}"
+            )
+            config = parse_config(
+                text, source="test.toml", environ={"SIM_KEY": "sim-key", "OTLP_TOKEN": token}
+            )
+            async with running_gateway(config) as gateway, httpx.AsyncClient() as client:
+                response = await client.post(gateway.base_url + "/v1/chat/completions", json=chat())
+                assert response.status_code == 200
+                await wait_until(lambda: len(receiver.spans()) >= 2)
+    assert receiver.requests[0]["authorization"] == token
+    assert receiver.requests[0]["content-type"] == "application/x-protobuf"
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "tracing: spans to " + receiver.url in logged
+    assert "headers authorization" in logged
+    assert "s3cret" not in logged

@@ -1,0 +1,60 @@
+"""An OTLP/HTTP trace sink for the benchmarks: takes every ``POST /v1/traces`` and answers 200
+with an empty ``ExportTraceServiceResponse``, decoding nothing (its cost is its own process's,
+never the gateway's). ``GET /health`` answers 200; ``GET /stats`` the exports and bytes taken.
+
+    .venv/bin/python -m bench.otlp_sink --listen 127.0.0.1:4318
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_lock = threading.Lock()
+_stats = {"exports": 0, "bytes": 0}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        with _lock:
+            _stats["exports"] += 1
+            _stats["bytes"] += len(body)
+        self._answer(200, b"", "application/x-protobuf")
+
+    def do_GET(self) -> None:
+        if self.path == "/stats":
+            with _lock:
+                payload = json.dumps(_stats).encode()
+            self._answer(200, payload, "application/json")
+        else:
+            self._answer(200 if self.path == "/health" else 404, b"ok", "text/plain")
+
+    def _answer(self, status: int, payload: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--listen", default="127.0.0.1:4318")
+    args = parser.parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    server = ThreadingHTTPServer((host, int(port)), Handler)
+    server.daemon_threads = True
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
