@@ -34,8 +34,8 @@ from pathlib import Path
 import httpx
 import trio
 
+from bench.otlp_sink import running_sink, tracing_table
 from bench.processes import PYTHON, free_port, running
-from bench.request_instructions import tracing_table
 
 READY_TIMEOUT_S = 300.0  # imports under valgrind take a minute on a busy machine
 SERVED_MODEL = "qwen3-32b"
@@ -152,22 +152,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "0",
         "--no-access-log",
     ]
-    sink_port = free_port()
-    sink_argv = [PYTHON, "-m", "bench.otlp_sink", "--listen", f"127.0.0.1:{sink_port}"]
-    tracing = ""
-    if args.tracing is not None:
-        tracing = tracing_table(args.tracing, sink_port)
     with tempfile.TemporaryDirectory(prefix="chunk-instructions-") as tmp:
         work = Path(tmp)
         with (
             running("sim", sim_argv, log_path=work / "sim.log", ready_url=sim_url + "/health"),
-            running(
-                "otlp sink",
-                sink_argv,
-                log_path=work / "sink.log",
-                ready_url=f"http://127.0.0.1:{sink_port}/health",
-            ),
+            running_sink(work) as sink_url,
         ):
+            tracing = "" if args.tracing is None else tracing_table(args.tracing, sink_url)
             short = instructions(work, sim_url, args.streams, args.short, tracing)
             long = instructions(work, sim_url, args.streams, args.long, tracing)
     per_chunk = (long[0] - short[0]) / (long[1] - short[1])

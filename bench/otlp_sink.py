@@ -10,9 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+from bench.processes import PYTHON, free_port, running
 
 _lock = threading.Lock()
 _stats = {"exports": 0, "bytes": 0}
@@ -43,6 +47,21 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+@contextmanager
+def running_sink(work: Path) -> Iterator[str]:
+    """The sink as a process of its own; yields its traces URL."""
+    port = free_port()
+    argv = [PYTHON, "-m", "bench.otlp_sink", "--listen", f"127.0.0.1:{port}"]
+    base = f"http://127.0.0.1:{port}"
+    with running("otlp sink", argv, log_path=work / "sink.log", ready_url=base + "/health"):
+        yield base + "/v1/traces"
+
+
+def tracing_table(ratio: float, url: str) -> str:
+    """``[tracing]`` at ``ratio``, exporting to ``url`` (the sink's)."""
+    return f'[tracing]\notlp_endpoint = "{url}"\nsample_ratio = {ratio!r}\n'
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,6 +40,7 @@ import trio
 
 from bench import harness
 from bench.harness import GatewaySettings, gateway_toml
+from bench.otlp_sink import running_sink, tracing_table
 from bench.processes import PYTHON, free_port, running
 from bench.rawhttp import Response, connect, post_bytes
 
@@ -100,19 +101,11 @@ def served_argv(args: argparse.Namespace, run: Path, port: int, upstream_port: i
     if args.ledger != "default":
         settings = attrs.evolve(settings, server_extra=f'[usage]\nledger = "{args.ledger}"')
     if args.tracing is not None:
-        settings = attrs.evolve(settings, tables=tracing_table(args.tracing, args.sink_port))
+        settings = attrs.evolve(settings, tables=tracing_table(args.tracing, args.sink_url))
     config = run / "gateway.toml"
     config.write_text(gateway_toml(settings, port, upstream_port), encoding="utf-8")
     argv = [PYTHON, "-m", "trio_gateway", "serve", "--config", str(config)]
     return [*argv, "--log-level", args.log_level]
-
-
-def tracing_table(ratio: float, sink_port: int) -> str:
-    """``[tracing]`` at ``ratio``, exporting to the sink (bench/otlp_sink.py)."""
-    return (
-        f'[tracing]\notlp_endpoint = "http://127.0.0.1:{sink_port}/v1/traces"\n'
-        f"sample_ratio = {ratio!r}\n"
-    )
 
 
 def instructions(args: argparse.Namespace, work: Path, upstream_port: int, requests: int) -> int:
@@ -157,8 +150,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     upstream_port = free_port()
     upstream_argv = [PYTHON, "-m", "bench.fast_upstream", "--listen", f"127.0.0.1:{upstream_port}"]
-    args.sink_port = free_port()
-    sink_argv = [PYTHON, "-m", "bench.otlp_sink", "--listen", f"127.0.0.1:{args.sink_port}"]
     with tempfile.TemporaryDirectory(prefix="request-instructions-") as tmp:
         work = Path(tmp)
         with (
@@ -168,12 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log_path=work / "upstream.log",
                 ready_url=f"http://127.0.0.1:{upstream_port}/health",
             ),
-            running(
-                "otlp sink",
-                sink_argv,
-                log_path=work / "sink.log",
-                ready_url=f"http://127.0.0.1:{args.sink_port}/health",
-            ),
+            running_sink(work) as args.sink_url,
         ):
             short = instructions(args, work, upstream_port, args.n)
             long = instructions(args, work, upstream_port, 3 * args.n)

@@ -23,7 +23,6 @@ they start, so "current" would not follow a request across its tasks.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
@@ -228,11 +227,6 @@ def _trace_of(span: ApiSpan, tracestate: str | None) -> TraceContext:
     ids = span.get_span_context()
     flags = f"{ids.trace_flags:02x}"
     return TraceContext(f"{ids.trace_id:032x}", f"{ids.span_id:016x}", flags, tracestate)
-
-
-def _wall_ns(at: float) -> int:
-    """A ``trio.current_time()`` instant as OpenTelemetry's wall-clock nanoseconds."""
-    return time.time_ns() - int((trio.current_time() - at) * 1e9)
 
 
 class ServerSpan:
