@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from bench.processes import PYTHON, free_port, running
+from bench.processes import PYTHON, Child, free_port, running
 
 _lock = threading.Lock()
 _stats = {"exports": 0, "bytes": 0}
@@ -62,6 +62,31 @@ def running_sink(work: Path) -> Iterator[str]:
 def tracing_table(ratio: float, url: str) -> str:
     """``[tracing]`` at ``ratio``, exporting to ``url`` (the sink's)."""
     return f'[tracing]\notlp_endpoint = "{url}"\nsample_ratio = {ratio!r}\n'
+
+
+def add_flag(parser: argparse.ArgumentParser) -> None:
+    """The scenarios' ``--gateway-tracing RATIO`` (bench/harness.py)."""
+    parser.add_argument(
+        "--gateway-tracing",
+        type=float,
+        default=None,
+        metavar="RATIO",
+        help="[tracing] at this sample ratio in the gateways, exporting to bench/otlp_sink.py",
+    )
+
+
+def spawned(
+    ratio: float | None, spawn: Callable[[str, list[str], Path], Child], logs: Path
+) -> tuple[list[tuple[Child, str]], str]:
+    """For a scenario's stack: the sink's process (started with ``spawn``) and its health URL,
+    and the ``[tracing]`` table the gateways get; neither when ``ratio`` is None."""
+    if ratio is None:
+        return [], ""
+    port = free_port()
+    argv = [PYTHON, "-m", "bench.otlp_sink", "--listen", f"127.0.0.1:{port}"]
+    child = spawn("otlp sink", argv, logs / "otlp-sink.log")
+    base = f"http://127.0.0.1:{port}"
+    return [(child, base + "/health")], "\n" + tracing_table(ratio, base + "/v1/traces")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
