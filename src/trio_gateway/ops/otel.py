@@ -53,6 +53,7 @@ from trio_gateway.core.usage import UsageRecord
 from trio_gateway.ops.spans import (
     OPERATIONS,
     AnswerWatch,
+    Attribute,
     Attributes,
     Emit,
     input_messages,
@@ -230,30 +231,44 @@ def _trace_of(span: ApiSpan, tracestate: str | None) -> TraceContext:
 
 
 class ServerSpan:
-    """One request's span (``spans.RequestSpan``)."""
+    """One request's span (``spans.RequestSpan``). Its attributes are gathered in a plain dict
+    and given to the SDK once, at the end: the SDK checks and locks per call and per value, so
+    one call instead of a dozen (some of them repeated) is most of what a span costs."""
 
-    __slots__ = ("_model", "_operation", "_provider_type", "_span", "_tracing", "_watch", "trace")
+    __slots__ = (
+        "_attributes",
+        "_model",
+        "_operation",
+        "_provider_type",
+        "_span",
+        "_status",
+        "_tracing",
+        "_watch",
+        "trace",
+    )
 
     def __init__(self, tracing: OtelTracing, span: ApiSpan, trace: TraceContext) -> None:
         self._tracing = tracing
         self._span = span
         self.trace = trace
         self._watch = AnswerWatch(capture=tracing.capture_content)
+        self._attributes: dict[str, Attribute] = {}
+        self._status: Status | None = None
         self._provider_type: str | None = None
         self._model: str | None = None
         self._operation = OPERATIONS[RequestKind.CHAT]
 
     def request(self, request: ChatRequest, response_id: str) -> None:
-        span = self._span
-        span.set_attributes(request_attributes(request, response_id))
+        attributes = self._attributes
+        attributes.update(request_attributes(request, response_id))
         self._operation = OPERATIONS[request.kind]
-        span.update_name(f"{self._operation} {request.alias}")
+        self._span.update_name(f"{self._operation} {request.alias}")
         if self._tracing.capture_content:
             content = input_messages(request)
             if content is None:
-                span.set_attribute("trio_gateway.content.input_omitted", True)
+                attributes["trio_gateway.content.input_omitted"] = True
             else:
-                span.set_attribute("gen_ai.input.messages", content)
+                attributes["gen_ai.input.messages"] = content
 
     def event(self, name: str, attributes: Attributes | None = None) -> None:
         self._span.add_event(name, attributes)
@@ -268,35 +283,38 @@ class ServerSpan:
         return _Observed(self._watch, emit).emit
 
     def record(self, record: UsageRecord) -> None:
-        span = self._span
-        span.set_attributes(record_attributes(record))
+        self._attributes.update(record_attributes(record))
         if record.ttft_s is not None:
             at = int((record.started_at + record.ttft_s) * 1e9)
-            span.add_event("first_token", timestamp=at)
+            self._span.add_event("first_token", timestamp=at)
         if record.outcome == "failed":
-            span.set_status(Status(StatusCode.ERROR, record.error_code))
+            self._status = Status(StatusCode.ERROR, record.error_code)
 
     def end(self, status: int | None, alias: str | None) -> None:
-        span = self._span
+        attributes = self._attributes
         watch = self._watch
         if status is not None:
-            span.set_attribute("http.response.status_code", status)
+            attributes["http.response.status_code"] = status
             if status >= 500:
-                span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+                self._status = Status(StatusCode.ERROR, f"HTTP {status}")
         if alias is not None:
-            span.set_attribute("gen_ai.request.model", alias)
+            attributes["gen_ai.request.model"] = alias
         if self._provider_type is not None:
-            span.set_attribute("gen_ai.provider.name", provider_name(self._provider_type))
+            attributes["gen_ai.provider.name"] = provider_name(self._provider_type)
         if self._model is not None:
-            span.set_attribute("gen_ai.response.model", self._model)
+            attributes["gen_ai.response.model"] = self._model
         if watch.finish_reasons:
-            span.set_attribute("gen_ai.response.finish_reasons", tuple(watch.finish_reasons))
+            attributes["gen_ai.response.finish_reasons"] = tuple(watch.finish_reasons)
         if self._tracing.capture_content:
             output = watch.output_messages()
             if output is not None:
-                span.set_attribute("gen_ai.output.messages", output)
+                attributes["gen_ai.output.messages"] = output
             elif watch.overflowed:
-                span.set_attribute("trio_gateway.content.output_omitted", True)
+                attributes["trio_gateway.content.output_omitted"] = True
+        span = self._span
+        span.set_attributes(attributes)
+        if self._status is not None:
+            span.set_status(self._status)
         span.end()
 
 
@@ -313,9 +331,10 @@ class _Observed:
 
 
 class OtelAttempt:
-    """One upstream attempt's client span (``spans.AttemptSpan``)."""
+    """One upstream attempt's client span (``spans.AttemptSpan``); what it learns on the way
+    is given to the SDK at its end, in one call."""
 
-    __slots__ = ("_span", "_started", "trace")
+    __slots__ = ("_span", "_started", "_status", "_to_headers_s", "trace")
 
     def __init__(
         self,
@@ -344,23 +363,30 @@ class OtelAttempt:
             attributes=attributes,
         )
         self._started = trio.current_time()
+        self._status: int | None = None
+        self._to_headers_s = 0.0
         self.trace = _trace_of(self._span, None)
 
     def headers(self, status: int) -> None:
-        span = self._span
-        span.set_attribute("http.response.status_code", status)
-        span.set_attribute("trio_gateway.time_to_headers_s", trio.current_time() - self._started)
+        self._status = status
+        self._to_headers_s = trio.current_time() - self._started
 
     def end(self, error: BaseException | None) -> None:
+        attributes: dict[str, Attribute] = {}
+        if self._status is not None:
+            attributes["http.response.status_code"] = self._status
+            attributes["trio_gateway.time_to_headers_s"] = self._to_headers_s
         span = self._span
         if isinstance(error, GatewayError):
-            span.set_attribute("error.type", error.code)
+            attributes["error.type"] = error.code
             span.set_status(Status(StatusCode.ERROR, error.code))
         elif _cancelled(error):
-            span.set_attribute("trio_gateway.cancelled", True)
+            attributes["trio_gateway.cancelled"] = True
         elif error is not None:
-            span.set_attribute("error.type", type(error).__qualname__)
+            attributes["error.type"] = type(error).__qualname__
             span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
+        if attributes:
+            span.set_attributes(attributes)
         span.end()
 
 
