@@ -192,6 +192,7 @@ async def handle_responses(
         stream=stream,
         stream_error=stream_error,
         headers=dropped_tools_headers(request),
+        client_id=response_id,
     )
     stored = False
 
