@@ -9,19 +9,20 @@ STAMP := $(VENV)/.installed-stamp
 	bench-vllm \
 	mutation mutation-core mutation-providers mutation-money mutation-lock wheel clean
 
-# Serving needs the package alone; the tests add their tools (SDKs, pytest, ruff, mypy).
+# Serving needs the package (with the tracing extra: [tracing] in a config needs it); the tests
+# add their tools (SDKs, pytest, ruff, mypy).
 RUN_STAMP := $(VENV)/.run-stamp
 
 $(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet -e '.[tracing]'
 	touch $(RUN_STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,tracing]'
 	touch $(STAMP) $(RUN_STAMP)
 
 install: $(STAMP)

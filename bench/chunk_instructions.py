@@ -13,6 +13,9 @@ at low load: no batching flatters the number.
 
     .venv/bin/python -m bench.chunk_instructions [--streams 4 --short 100 --long 500]
 
+``--tracing 1.0``: with the gateway's own spans at that sample ratio, exported to
+``bench/otlp_sink.py`` (outside valgrind).
+
 Needs valgrind (Debian: ``apt-get install valgrind``). About 5 minutes.
 """
 
@@ -31,14 +34,15 @@ from pathlib import Path
 import httpx
 import trio
 
+from bench.otlp_sink import running_sink, tracing_table
 from bench.processes import PYTHON, free_port, running
 
-READY_TIMEOUT_S = 300.0  # imports under valgrind take a minute on a busy machine
+READY_TIMEOUT_S = 900.0  # imports under valgrind take minutes on a machine shared with others
 SERVED_MODEL = "qwen3-32b"
 
 
-def gateway_config(listen: str, sim_url: str) -> str:
-    return f"""
+def gateway_config(listen: str, sim_url: str, tracing: str = "") -> str:
+    return f"""{tracing}
 [server]
 listen = "{listen}"
 [auth]
@@ -84,11 +88,13 @@ async def load(url: str, streams: int, tokens: int) -> int:
     return received
 
 
-def instructions(work: Path, sim_url: str, streams: int, tokens: int) -> tuple[int, int]:
+def instructions(
+    work: Path, sim_url: str, streams: int, tokens: int, tracing: str = ""
+) -> tuple[int, int]:
     """(instructions of the whole gateway process, chunks relayed) for one run."""
     port = free_port()
     config = work / "gateway.toml"
-    config.write_text(gateway_config(f"127.0.0.1:{port}", sim_url))
+    config.write_text(gateway_config(f"127.0.0.1:{port}", sim_url, tracing))
     out = work / f"cachegrind-{tokens}.out"
     argv = [
         "valgrind",
@@ -125,6 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--short", type=int, default=100, help="tokens per stream, first run")
     parser.add_argument("--long", type=int, default=500, help="tokens per stream, second run")
     parser.add_argument("--tokens-per-s", type=float, default=10.0, help="per stream")
+    parser.add_argument("--tracing", type=float, help="[tracing] at this sample ratio")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
@@ -147,9 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     with tempfile.TemporaryDirectory(prefix="chunk-instructions-") as tmp:
         work = Path(tmp)
-        with running("sim", sim_argv, log_path=work / "sim.log", ready_url=sim_url + "/health"):
-            short = instructions(work, sim_url, args.streams, args.short)
-            long = instructions(work, sim_url, args.streams, args.long)
+        with (
+            running("sim", sim_argv, log_path=work / "sim.log", ready_url=sim_url + "/health"),
+            running_sink(work) as sink_url,
+        ):
+            tracing = "" if args.tracing is None else tracing_table(args.tracing, sink_url)
+            short = instructions(work, sim_url, args.streams, args.short, tracing)
+            long = instructions(work, sim_url, args.streams, args.long, tracing)
     per_chunk = (long[0] - short[0]) / (long[1] - short[1])
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -157,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {
         "commit": commit,
         "streams": args.streams,
+        "tracing": args.tracing,
         "runs": [
             {"tokens": args.short, "instructions": short[0], "chunks": short[1]},
             {"tokens": args.long, "instructions": long[0], "chunks": long[1]},

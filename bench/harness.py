@@ -39,7 +39,7 @@ import attrs
 import httpx
 import trio
 
-from bench import nginx_proxy
+from bench import nginx_proxy, otlp_sink
 from bench.processes import PYTHON, Child, ProcessFailed, _wait_ready, free_port, stop_all
 from bench.procstat import Sampler, connections, loadavg, raise_nofile_limit
 
@@ -78,6 +78,7 @@ class Common:
     results_dir: Path
     plots_dir: Path
     gateway_log_level: str
+    gateway_tracing: float | None = None  # [tracing]'s sample ratio in every gateway; None: off
     # Modes of the default set this machine cannot run, and why (nginx not installed).
     skipped: Mapping[str, str] = attrs.field(factory=dict)
 
@@ -102,6 +103,7 @@ def add_common(parser: argparse.ArgumentParser, modes: Sequence[str] = MODES) ->
         default="info",
         help="trio-gateway serve --log-level (info, the default, logs one access line a request)",
     )
+    otlp_sink.add_flag(parser)
 
 
 def common_from(
@@ -129,6 +131,7 @@ def common_from(
         results_dir=args.results_dir,
         plots_dir=args.plots_dir,
         gateway_log_level=args.gateway_log_level,
+        gateway_tracing=args.gateway_tracing,
     )
 
 
@@ -268,6 +271,8 @@ def stack(
                 child = _start_nginx(exits, port, sim_port, gateway.max_inflight, logs)
                 children.append((child, f"http://127.0.0.1:{port}/health"))
                 targets[NGINX_MODE], started[NGINX_MODE] = (port, SERVED_MODEL), child
+            sinks, tracing = otlp_sink.spawned(common.gateway_tracing, _spawn, logs)
+            children += sinks
             gateways = {"gateway": gateway, **(variants or {})}
             for i, (mode, settings) in enumerate(gateways.items()):
                 if mode not in common.modes:
@@ -276,7 +281,7 @@ def stack(
                 folder = tmp / str(i)
                 folder.mkdir()
                 toml = folder / "gateway.toml"
-                toml.write_text(gateway_toml(settings, port, sim_port), encoding="utf-8")
+                toml.write_text(gateway_toml(settings, port, sim_port) + tracing, encoding="utf-8")
                 argv = [PYTHON, "-m", "trio_gateway", "serve", "--config", str(toml)]
                 argv += ["--log-level", common.gateway_log_level]
                 log_name = "gateway.log" if mode == "gateway" else f"gateway-{i}.log"

@@ -14,9 +14,11 @@ the system calls are out. A repeated run agrees to about 0.2 %.
     .venv/bin/python -m bench.request_instructions [-n 300 --connections 8]
 
 To tell what one part costs: ``--log-level warning`` (no access line), ``--ledger none`` (no
-SQLite); ``--floor server`` counts the gateway's HTTP/1.x front alone answering a canned body,
-``--floor hypercorn`` hypercorn alone doing the same, ``--floor upstream`` the front plus the
-upstream exchange on the gateway's HTTP/1.1 client (``bench/server_floor.py``).
+SQLite), ``--tracing 1.0`` (the gateway's own spans at that sample ratio, exported to
+``bench/otlp_sink.py``, which runs outside valgrind); ``--floor server`` counts the gateway's
+HTTP/1.x front alone answering a canned body, ``--floor hypercorn`` hypercorn alone doing the
+same, ``--floor upstream`` the front plus the upstream exchange on the gateway's HTTP/1.1
+client (``bench/server_floor.py``).
 
 Needs valgrind (Debian: ``apt-get install valgrind``). About a minute.
 """
@@ -38,10 +40,11 @@ import trio
 
 from bench import harness
 from bench.harness import GatewaySettings, gateway_toml
+from bench.otlp_sink import running_sink, tracing_table
 from bench.processes import PYTHON, free_port, running
 from bench.rawhttp import Response, connect, post_bytes
 
-READY_TIMEOUT_S = 300.0  # imports under valgrind take a minute on a busy machine
+READY_TIMEOUT_S = 900.0  # imports under valgrind take minutes on a machine shared with others
 WARMUP_REQUESTS = 20  # the first requests pay for lazy imports: in both runs, so they cancel
 # Scenario A's gateway settings (bench/overhead.py).
 SETTINGS = GatewaySettings(max_inflight=64, queue_timeout_s=30.0)
@@ -97,6 +100,8 @@ def served_argv(args: argparse.Namespace, run: Path, port: int, upstream_port: i
     settings = SETTINGS
     if args.ledger != "default":
         settings = attrs.evolve(settings, server_extra=f'[usage]\nledger = "{args.ledger}"')
+    if args.tracing is not None:
+        settings = attrs.evolve(settings, tables=tracing_table(args.tracing, args.sink_url))
     config = run / "gateway.toml"
     config.write_text(gateway_toml(settings, port, upstream_port), encoding="utf-8")
     argv = [PYTHON, "-m", "trio_gateway", "serve", "--config", str(config)]
@@ -138,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--floor", choices=("none", "server", "hypercorn", "upstream"), default="none"
     )
+    parser.add_argument("--tracing", type=float, help="[tracing] at this sample ratio")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
@@ -146,11 +152,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     upstream_argv = [PYTHON, "-m", "bench.fast_upstream", "--listen", f"127.0.0.1:{upstream_port}"]
     with tempfile.TemporaryDirectory(prefix="request-instructions-") as tmp:
         work = Path(tmp)
-        with running(
-            "fast upstream",
-            upstream_argv,
-            log_path=work / "upstream.log",
-            ready_url=f"http://127.0.0.1:{upstream_port}/health",
+        with (
+            running(
+                "fast upstream",
+                upstream_argv,
+                log_path=work / "upstream.log",
+                ready_url=f"http://127.0.0.1:{upstream_port}/health",
+            ),
+            running_sink(work) as args.sink_url,
         ):
             short = instructions(args, work, upstream_port, args.n)
             long = instructions(args, work, upstream_port, 3 * args.n)
@@ -164,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "log_level": args.log_level,
         "ledger": args.ledger,
         "floor": args.floor,
+        "tracing": args.tracing,
         "runs": [
             {"requests": args.n, "instructions": short},
             {"requests": 3 * args.n, "instructions": long},

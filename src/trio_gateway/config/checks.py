@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.fernet import Fernet
 
+from trio_gateway.config.tracing_checks import tracing_problems
 from trio_gateway.core.budget_period import NO_PERIOD
 from trio_gateway.core.filter_match import RegexRefused, pattern_problem, regex_reach
 from trio_gateway.core.keys import KeysFileError, load_keys
@@ -231,6 +232,7 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str] | None) 
     if not 1 <= config.server.workers <= MAX_WORKERS:
         problems.append(f"server.workers: must be from 1 to {MAX_WORKERS}")
     problems.extend(_responses_problems(config, environ))
+    problems.extend(tracing_problems(config.tracing, environ))
     for key in ("max_body_bytes", "stream_buffer_events"):
         if getattr(config.server, key) < 1:
             problems.append(f"server.{key}: must be at least 1")

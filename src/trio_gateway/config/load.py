@@ -47,7 +47,9 @@ from trio_gateway.core.capability import Capability
 from trio_gateway.sim.config import SimConfig
 
 # GatewayConfig's fields that load fills in, never the file (omitted from its structure hook).
-_NOT_FROM_FILE = frozenset({"api_keys", "seal_key", "source", "warnings", "listen_origin"})
+_NOT_FROM_FILE = frozenset(
+    {"api_keys", "seal_key", "tracing_headers", "source", "warnings", "listen_origin"}
+)
 
 
 def _strict_int(value: object, _: type) -> int:
@@ -172,6 +174,7 @@ def _make_converter() -> cattrs.Converter:
             converter,
             api_keys=override(omit=True),
             seal_key=override(omit=True),
+            tracing_headers=override(omit=True),
             source=override(omit=True),
             warnings=override(omit=True),
             listen_origin=override(omit=True),
@@ -274,7 +277,20 @@ def parse_config(
     warnings = tuple(unused_key_warnings(raw)) + tuple(budget_warnings(config))
     seal_env = config.responses.seal_key_env
     seal_key = Secret(env[seal_env]) if seal_env is not None and env is not None else None
-    return attrs.evolve(config, api_keys=keys, seal_key=seal_key, source=source, warnings=warnings)
+    tracing = config.tracing
+    headers = (
+        {}
+        if tracing is None or env is None
+        else {h: Secret(env[v]) for h, v in tracing.headers.items()}
+    )
+    return attrs.evolve(
+        config,
+        api_keys=keys,
+        seal_key=seal_key,
+        tracing_headers=headers,
+        source=source,
+        warnings=warnings,
+    )
 
 
 def _read(path: Path) -> str:

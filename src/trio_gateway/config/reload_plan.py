@@ -41,6 +41,7 @@ FIXED_SECTIONS = (
     "redis",
     "limits",
     "responses",
+    "tracing",
 )
 
 

@@ -310,6 +310,30 @@ class ResponsesConfig:
 
 
 @attrs.frozen(kw_only=True)
+class TracingConfig:
+    """``[tracing]``: the gateway's own spans, exported over OTLP/HTTP (protobuf) to a collector
+    (docs/operations.md, "Traces"). Without the section, no span is made."""
+
+    # The collector's traces URL, whole: http://otel-collector:4318/v1/traces.
+    otlp_endpoint: str
+    # Headers sent with every export, each by the environment variable that holds its value
+    # (authorization = "OTLP_TOKEN"): a token is never in the file, and never logged.
+    headers: dict[str, str] = attrs.field(factory=dict)
+    # The share of new traces recorded. A client's traceparent decides for its own trace:
+    # sampled, always recorded; not sampled, never.
+    sample_ratio: float = 1.0
+    service_name: str = "trio-gateway"
+    # Prompts and answers on the spans (gen_ai.input.messages, gen_ai.output.messages).
+    capture_content: bool = False
+    # Ended spans waiting for the exporter; past this, new ones are dropped (and counted).
+    max_queued_spans: int = 2048
+    max_batch_spans: int = 512
+    export_interval_s: float = 5.0
+    # One export's deadline, its retries included.
+    export_timeout_s: float = 10.0
+
+
+@attrs.frozen(kw_only=True)
 class GatewayConfig:
     server: ServerConfig = ServerConfig()
     websocket: WebSocketConfig = WebSocketConfig()
@@ -321,11 +345,13 @@ class GatewayConfig:
     limits: LimitsConfig = LimitsConfig()
     responses: ResponsesConfig = ResponsesConfig()
     filters: dict[str, FilterConfig] = attrs.field(factory=dict)
+    tracing: TracingConfig | None = None
     # Not read from TOML (a file that holds them is refused): filled in by load, from the
     # environment; and what the file holds that is accepted but does nothing, said by `check`
     # and at start.
     api_keys: dict[str, Secret] = attrs.field(factory=dict)
     seal_key: Secret | None = None  # [responses] seal_key_env's value
+    tracing_headers: dict[str, Secret] = attrs.field(factory=dict)  # [tracing] headers' values
     source: str = "<config>"
     warnings: tuple[str, ...] = ()
     # Where server.listen came from, for messages about it: the file, or `serve --listen`.

@@ -39,6 +39,7 @@ from trio_gateway.core.usage import UsageMeter, UsageRecord, usage_record
 from trio_gateway.dispatch.router import Plan
 from trio_gateway.ops.access import current as current_request
 from trio_gateway.ops.drain import SHUTDOWN
+from trio_gateway.ops.spans import Emit, RequestSpan
 
 log = logging.getLogger("trio_gateway")
 
@@ -187,6 +188,7 @@ async def relay(
     drop_connection: DropConnection | None = None,
     request_id: str = "",
     admission: Admission | None = None,
+    response_id: str | None = None,
 ) -> Outcome:
     """``watch`` runs beside the producer (a disconnect watcher, a stall watchdog) and may
     cancel the request's scope. ``hang_up``, where the server offers it, does a disconnect
@@ -194,8 +196,13 @@ async def relay(
     ``drop_connection`` is called when the client stalls: a connection whose answer stopped
     half-way cannot be used again.
     ``request_id`` names the request's usage record; ``admission`` (a keyed request's budget
-    hold) is settled from that record, however the request ended."""
+    hold) is settled from that record, however the request ended. ``response_id`` is the id
+    the client sees (its span's ``gen_ai.response.id``; the request id where none is given)."""
     outcome = Outcome()
+    context = current_request()
+    span = context.span if context is not None else None
+    if span is not None:
+        span.request(request, response_id or request_id)
     started_at = trio.current_time()
     started_wall = time.time()
     scope = trio.CancelScope()
@@ -207,13 +214,20 @@ async def relay(
                 for watcher in watch:
                     nursery.start_soon(watcher, scope, outcome)
                 await _produce(
-                    request, plan, outcome, sink, client_stall_timeout_s, drop_connection, scope
+                    request,
+                    plan,
+                    outcome,
+                    sink,
+                    client_stall_timeout_s,
+                    drop_connection,
+                    scope,
+                    span,
                 )
                 nursery.cancel_scope.cancel()
         else:
             # No task beside the producer: no nursery either (thousands of answers at once).
             await _produce(
-                request, plan, outcome, sink, client_stall_timeout_s, drop_connection, scope
+                request, plan, outcome, sink, client_stall_timeout_s, drop_connection, scope, span
             )
     except BaseException as exc:
         # Cancelled from outside the request's own scope: the server is stopping. It arrives
@@ -341,6 +355,7 @@ async def _produce(
     client_stall_timeout_s: float,
     drop_connection: DropConnection | None,
     scope: trio.CancelScope,
+    span: RequestSpan | None = None,
 ) -> None:
     """Runs the request in ``scope``, which the client's leaving or stalling cancels (having
     set ``outcome.cancelled`` first) and so does the drain's end (which sets nothing): one
@@ -355,10 +370,13 @@ async def _produce(
                 raise ShuttingDown(
                     "the gateway is shutting down; retry elsewhere", retry_after_s=1.0
                 )
-            emit = to_client.emit
+            emit: Emit = to_client.emit
+            if span is not None:
+                # What the client gets (after the filters): finish reasons, captured content.
+                emit = span.observe(emit)
             if plan.filters.output is not None:
                 emit = _Filtered(plan.filters.output, emit, outcome, plan).emit
-            await plan.router.run(request, plan, emit, outcome.meter)
+            await plan.router.run(request, plan, emit, outcome.meter, span)
         except GatewayError as exc:
             error = exc
         except Exception as exc:

@@ -49,6 +49,7 @@ from trio_gateway.core.usage import NULL_SINK, UsageMeter, UsageSink
 from trio_gateway.dispatch.routing import eligible_providers, order_by_health, resolve_alias
 from trio_gateway.ops.drain import Drain
 from trio_gateway.ops.metrics import Metrics, ProviderGauges, ReplicaGauges
+from trio_gateway.ops.spans import RequestSpan, Tracing
 from trio_gateway.ops.status import RecentStats, TodaySpend
 from trio_gateway.providers.openai_compatible.replicas import GroupHealth, ReplicaSet, replica_label
 from trio_gateway.providers.registry import dialect_for
@@ -117,6 +118,8 @@ class Router:
         self.usage: UsageSink = NULL_SINK
         # Budgets and rate limits of keyed requests (server.py sets Redis when configured).
         self.limits: Limits = local_limits()
+        # The gateway's own spans (server.py sets them when [tracing] is configured).
+        self.tracing: Tracing | None = None
         self.drain = Drain()
         self._rng = rng or random.Random()
         # Requests waiting in each alias's queue; an alias with none has no entry (so one a
@@ -250,7 +253,12 @@ class Router:
         return [Member(provider, health, provider.name)]
 
     async def _admit_queued(
-        self, plan: Plan, request: ChatRequest, borrower: object, rank: float
+        self,
+        plan: Plan,
+        request: ChatRequest,
+        borrower: object,
+        rank: float,
+        span: RequestSpan | None = None,
     ) -> tuple[Provider, Member]:
         """``on_saturated = "queue"``: a free slot at any weight > 0 provider in the plan (that
         shares load, it is not a spill), else wait in the alias's bounded queue for the first
@@ -270,6 +278,8 @@ class Router:
                 retry_after_s=self._retry_after_s(first, waiting),
             )
         self._queued[plan.alias] = waiting + 1
+        if span is not None:
+            span.event("queued", {"trio_gateway.queue": plan.alias})
         try:
             won = await _first_slot(
                 everyone, borrower, config.max_queue_wait_s, rank, request.priority
@@ -287,21 +297,27 @@ class Router:
         )
 
     async def run(
-        self, request: ChatRequest, plan: Plan, emit: Emit, meter: UsageMeter | None = None
+        self,
+        request: ChatRequest,
+        plan: Plan,
+        emit: Emit,
+        meter: UsageMeter | None = None,
+        span: RequestSpan | None = None,
     ) -> None:
         """Try each provider in turn until one answers; within a replicated provider, each
         replica in its routing order.
 
         Errors that are the request's fault go back at once: the next provider would say the
         same. Once anything was emitted, an error goes to the client as it is. ``meter`` gets
-        each attempt's usage so far (for billing a cut stream).
+        each attempt's usage so far (for billing a cut stream); ``span`` (tracing on) the
+        events of the way: queued, admitted, spill, failover.
         """
         borrower = object()
         rank = queue_rank(trio.current_time(), request.priority, plan.config.priority_aging_s)
         failures: list[GatewayError] = []
         pre_admitted: tuple[Provider, Member] | None = None
         if plan.config.on_saturated == "queue":
-            pre_admitted = await self._admit_queued(plan, request, borrower, rank)
+            pre_admitted = await self._admit_queued(plan, request, borrower, rank, span)
         order = list(plan.upstreams)
         if pre_admitted is not None:
             order.remove(pre_admitted[0])
@@ -310,12 +326,18 @@ class Router:
         for provider in order:
             if previous is not None:
                 # Saturation moves a request (a spill); a failure moves an attempt (failover).
-                if isinstance(failures[-1], Overloaded):
+                spill = isinstance(failures[-1], Overloaded)
+                if spill:
                     moves = self.metrics.spills
                     self.recent.spill(previous.name, trio.current_time())
                 else:
                     moves = self.metrics.failovers
                 moves.labels(plan.alias, previous.name, provider.name).inc()
+                if span is not None:
+                    span.event(
+                        "spill" if spill else "failover",
+                        {"trio_gateway.from": previous.name, "trio_gateway.to": provider.name},
+                    )
             previous = provider
             members = self.members(plan, provider, request)
             member: Member | None = None
@@ -324,7 +346,9 @@ class Router:
                 members.remove(member)
             while True:
                 if member is None:
-                    member = await _acquire(provider, members, borrower, rank, request.priority)
+                    member = await _acquire(
+                        provider, members, borrower, rank, request.priority, span
+                    )
                     if member is None:
                         failures.append(
                             Overloaded(
@@ -335,12 +359,16 @@ class Router:
                         )
                         break
                     members.remove(member)
+                if span is not None:
+                    span.event("admitted", {"trio_gateway.provider": member.name})
                 failure = await self._attempt(member, borrower, request, emit, meter, provider)
                 if failure is None:
                     return
                 failures.append(failure)
                 # The attempt failed before the client saw anything: another replica of the
                 # same provider, while there is one, before the next provider.
+                if span is not None and members:
+                    span.event("failover", {"trio_gateway.from": member.name})
                 member = None
                 if not members:
                     break
@@ -506,7 +534,12 @@ def queue_rank(arrived: float, priority: int, aging_s: float) -> float:
 
 
 async def _acquire(
-    provider: Provider, members: list[Member], borrower: object, rank: float, priority: int
+    provider: Provider,
+    members: list[Member],
+    borrower: object,
+    rank: float,
+    priority: int,
+    span: RequestSpan | None = None,
 ) -> Member | None:
     """A slot on the first of ``members`` that has one free, else on whichever frees one first
     within the provider's ``queue_timeout_s``; None when none did."""
@@ -514,6 +547,8 @@ async def _acquire(
     for member in members:
         if await _try_take(member.upstream.gate, borrower, priority):
             return member
+    if span is not None:
+        span.event("queued", {"trio_gateway.queue": provider.name})
     won = await _first_slot(
         [(provider, m) for m in members], borrower, provider.config.queue_timeout_s, rank, priority
     )

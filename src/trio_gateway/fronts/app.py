@@ -153,12 +153,21 @@ class GatewayApp:
             return
         started = trio.current_time()
         named = _named_headers(scope)
+        traceparent, tracestate = named.get(b"traceparent"), named.get(b"tracestate")
+        tracing = self.router.tracing
+        span = None
+        if tracing is None or (path := scope["path"].rstrip("/")) not in RELAYED:
+            trace = trace_for(traceparent, tracestate)
+        else:
+            # Tracing on: the front's requests get a span of their own (ops/spans.py).
+            span, trace = tracing.start(f"{scope['method']} {path}", traceparent, tracestate)
         context = RequestContext(
             request_id=clean_request_id(named.get(b"x-request-id")) or new_request_id(),
             route=f"{scope['method']} {scope['path'][:MAX_LOGGED_PATH_CHARS]}",
-            trace=trace_for(named.get(b"traceparent"), named.get(b"tracestate")),
+            trace=trace,
             priority_header=named.get(b"x-priority"),
             anthropic_beta=named.get(b"anthropic-beta"),
+            span=span,
         )
         with request_context(context):
             try:
@@ -170,6 +179,8 @@ class GatewayApp:
                 self.router.metrics.http_request(
                     _route_label(scope["path"]), str(context.status or 0)
                 )
+                if span is not None:
+                    span.end(context.status, context.alias)
 
     def refused_by_server(self, status: int, code: str) -> None:
         """A request the HTTP/1.x server answered itself (malformed, too large, too slow): its

@@ -293,6 +293,9 @@ class Answer:
     closing: Callable[[], bytes] = lambda: b""
     # Headers of its own on every answer (the agent fronts' x-gateway-dropped-tools).
     headers: Sequence[tuple[bytes, bytes]] = ()
+    # The id the client sees, where the front makes its own (the Responses front's resp_...);
+    # else the answer's id (id_prefix-request id). Its span's gen_ai.response.id.
+    client_id: str | None = None
 
 
 def dropped_tools_headers(request: ChatRequest) -> list[tuple[bytes, bytes]]:
@@ -366,4 +369,5 @@ async def serve_request(
         drop_connection=drop_connection,
         request_id=request_id,
         admission=admission,
+        response_id=answer.client_id or completion_id,
     )

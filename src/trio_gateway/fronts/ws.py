@@ -491,11 +491,22 @@ class _Socket:
         )
         self._front.router.usage.offer(record)
         self._front.router.metrics.requests.labels("", "", record.outcome, code).inc()
-        context = RequestContext(request_id=request_id, route=WS_ROUTE, trace=new_trace())
+        context = self._context(request_id)
         context.record(record)
         # Inside the request's context, so that the line's [request id] is its own.
         with request_context(context):
             log_access(context, 0.0)
+        if context.span is not None:
+            context.span.end(None, alias)
+
+    def _context(self, request_id: str) -> RequestContext:
+        """A request's context, with its span when tracing is on (a new trace: the messages
+        of a socket carry no traceparent)."""
+        tracing = self._front.router.tracing
+        if tracing is None:
+            return RequestContext(request_id=request_id, route=WS_ROUTE, trace=new_trace())
+        span, trace = tracing.start(WS_ROUTE, None, None)
+        return RequestContext(request_id=request_id, route=WS_ROUTE, trace=trace, span=span)
 
     async def _serve_request(self, entry: _Request, request: ChatRequest, plan: Plan) -> None:
         server = self._front.server
@@ -519,7 +530,7 @@ class _Socket:
             return
         self._front._requests_in_flight += 1
         outcome: Outcome | None = None
-        context = RequestContext(request_id=entry.request_id, route=WS_ROUTE, trace=new_trace())
+        context = self._context(entry.request_id)
         started = trio.current_time()
         with request_context(context):
             try:
@@ -538,6 +549,8 @@ class _Socket:
                 self._front._requests_in_flight -= 1
                 # In the request's context: the line's [request id] is the one its events carry.
                 log_access(context, trio.current_time() - started)
+                if context.span is not None:
+                    context.span.end(None, request.alias)
         if entry.finished:
             return
         finish()

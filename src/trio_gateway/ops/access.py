@@ -23,6 +23,7 @@ from contextvars import ContextVar, Token
 import attrs
 
 from trio_gateway.core.usage import UsageRecord
+from trio_gateway.ops.spans import RequestSpan
 from trio_gateway.ops.tracing import TraceContext
 
 access_log = logging.getLogger("trio_gateway.access")
@@ -56,9 +57,14 @@ class RequestContext:
     # Set by the upstream shell while it reads a response: shuts that connection at once, from
     # outside the request's task (a hang-up seen while the producer waits its turn).
     abort_upstream: Callable[[], object] | None = None
+    # The request's span when tracing is on and its trace sampled (ops/spans.py); else None,
+    # and nothing about spans is done for it.
+    span: RequestSpan | None = None
 
     def record(self, record: UsageRecord) -> None:
         """What the answer was, from its usage record (relay.record, or a refusal's)."""
+        if self.span is not None:
+            self.span.record(record)
         self.alias = record.alias
         self.provider = record.provider
         self.key = record.key

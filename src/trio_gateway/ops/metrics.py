@@ -268,6 +268,33 @@ class DescriptorCollector(Collector):
         yield exhausted
 
 
+class TraceExportCollector(Collector):
+    """``[tracing]``'s export (ops/otel.py): ``gateway_trace_spans_exported_total``,
+    ``gateway_trace_spans_dropped_total{reason}`` (``queue_full``: the exporter was behind, a
+    collector down or slow; ``export_failed``: in a batch the collector did not take) and
+    ``gateway_trace_spans_queued``. Read from the exporter's counts at scrape time."""
+
+    def __init__(self, read: Callable[[], tuple[int, Mapping[str, int], int]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        exported, dropped, queued = self._read()
+        yield CounterMetricFamily(
+            "gateway_trace_spans_exported", "Spans the collector took", value=exported
+        )
+        family = CounterMetricFamily(
+            "gateway_trace_spans_dropped",
+            "Spans not exported, by reason (queue_full, export_failed)",
+            labels=["reason"],
+        )
+        for reason, spans in dropped.items():
+            family.add_metric([reason], spans)
+        yield family
+        yield GaugeMetricFamily(
+            "gateway_trace_spans_queued", "Ended spans waiting for the exporter", value=queued
+        )
+
+
 class Children(Generic[M]):
     """A labelled metric's children, by their label values. prometheus-client's ``labels()``
     takes a lock and rebuilds its key on every call, and a request made five such calls; a

@@ -36,7 +36,8 @@ from trio_gateway.fronts.http import MAX_BODY_BYTES_KEY
 from trio_gateway.fronts.responses.route import ResponsesService, attach_responses
 from trio_gateway.fronts.responses.seal import Sealer
 from trio_gateway.http1.listen import Connections, serve_asgi
-from trio_gateway.ops.metrics import ToolCallStopCollector
+from trio_gateway.ops.metrics import ToolCallStopCollector, TraceExportCollector
+from trio_gateway.ops.spans import Tracing
 from trio_gateway.process.reloader import LoadConfig, Reloader
 from trio_gateway.providers.openai_compatible.replicas import ReplicaSet
 from trio_gateway.redis.client import RedisClient, open_redis
@@ -273,6 +274,10 @@ async def _serve_gateway(
         )
         if isinstance(usage, QueuedSink):
             router.metrics.registry.register(usage.collector())
+        router.tracing = open_tracing(config, router)
+        if router.tracing is not None:
+            # After the nursery: the last requests' spans are ended, then exported (bounded).
+            stack.push_async_callback(router.tracing.aclose)
         for one in running.values():
             one.services = await nursery.start(serve_services, one)
         connections = Connections()
@@ -401,6 +406,40 @@ async def _rebuild_spend(
             reader.close()
     if spend is not None:
         stack.callback(spend.close)
+
+
+def open_tracing(config: GatewayConfig, router: Router) -> Tracing | None:
+    """``[tracing]``'s exporter and its metrics, or None without the section. The SDK is the
+    ``tracing`` extra, imported here only (config checks made sure it is installed)."""
+    settings = config.tracing
+    if settings is None:
+        return None
+    from trio_gateway.ops.otel import OtelTracing
+
+    tracing = OtelTracing(
+        otlp_endpoint=settings.otlp_endpoint,
+        headers={name: secret.value for name, secret in config.tracing_headers.items()},
+        sample_ratio=settings.sample_ratio,
+        service_name=settings.service_name,
+        capture_content=settings.capture_content,
+        max_queued_spans=settings.max_queued_spans,
+        max_batch_spans=settings.max_batch_spans,
+        export_interval_s=settings.export_interval_s,
+        export_timeout_s=settings.export_timeout_s,
+    )
+    stats = tracing.stats
+    router.metrics.registry.register(
+        TraceExportCollector(lambda: (stats.exported, stats.dropped(), stats.queued()))
+    )
+    # The headers' names only: their values are credentials.
+    log.info(
+        "tracing: spans to %s (new traces sampled at %g%s%s)",
+        settings.otlp_endpoint,
+        settings.sample_ratio,
+        f", headers {', '.join(sorted(settings.headers))}" if settings.headers else "",
+        ", with prompts and answers" if settings.capture_content else "",
+    )
+    return tracing
 
 
 def _lease_broker(config: GatewayConfig, redis: RedisClient | None) -> LeaseBroker | None:

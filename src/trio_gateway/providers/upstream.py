@@ -33,6 +33,7 @@ from trio_gateway.core.usage import UsageMeter
 from trio_gateway.http1.client import H1Pool, H1Response, Origin
 from trio_gateway.http1.tls import trust_context
 from trio_gateway.ops.access import current as current_request
+from trio_gateway.ops.spans import AttemptSpan
 from trio_gateway.providers.dialect import AnswerReader, Dialect, StreamParser
 from trio_gateway.providers.egress import EgressTransport
 from trio_gateway.providers.gemini.vertex_auth import TokenSource
@@ -228,11 +229,6 @@ class Upstream:
         first_deadline = trio.current_time() + config.first_token_timeout_s
         secret: str | None = None
         headers = dict(call.headers)
-        if (context := current_request()) is not None:
-            # Each attempt is a span of the request's trace: vLLM (--otlp-traces-endpoint) joins
-            # its own spans to it, and takes the id into its logs (--enable-request-id-headers).
-            headers.update(context.trace.child().headers())
-            headers["x-request-id"] = context.request_id
         try:
             if self._credential is not None:
                 with trio.fail_at(first_deadline):
@@ -243,6 +239,19 @@ class Upstream:
                 f"{self.name}: no credential within {config.first_token_timeout_s:g} s",
                 provider=self.name,
             ) from None
+        attempt: AttemptSpan | None = None
+        if (context := current_request()) is not None:
+            # Each attempt is a span of the request's trace: vLLM (--otlp-traces-endpoint) joins
+            # its own spans to it, and takes the id into its logs (--enable-request-id-headers).
+            # With tracing on, that span is the gateway's own, exported (ops/spans.py).
+            if context.span is None:
+                headers.update(context.trace.child().headers())
+            else:
+                attempt = context.span.attempt(
+                    self.name, config.type, config.model, config.endpoint
+                )
+                headers.update(attempt.trace.headers())
+            headers["x-request-id"] = context.request_id
         # The exchange here, not in a coroutine of its own: each of thousands of streams holds
         # every frame of its chain while it runs.
         try:
@@ -263,6 +272,8 @@ class Upstream:
                     f"{self.name}: no response within {config.first_token_timeout_s:g} s",
                     provider=self.name,
                 )
+            if attempt is not None:
+                attempt.headers(response.status_code)
             first_tool_call_only = call.first_tool_call_only
             # A completion's or an embeddings' answer is read by its own reader.
             reader: AnswerReader = call.reader or self.dialect
@@ -293,7 +304,16 @@ class Upstream:
             # Vendors echo parts of a refused key back ("Incorrect API key provided: sk-...").
             exc.message = _scrub(exc.message, secret)
             exc.args = (exc.message,)
+            if attempt is not None:
+                attempt.end(exc)
             raise
+        except BaseException as exc:
+            if attempt is not None:
+                attempt.end(exc)  # cancelled (the client left, a deadline), or a bug
+            raise
+        else:
+            if attempt is not None:
+                attempt.end(None)
 
     async def _whole(
         self,

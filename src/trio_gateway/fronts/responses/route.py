@@ -301,6 +301,7 @@ async def handle_responses(
         stream=stream,
         stream_error=stream_error,
         headers=headers,
+        client_id=response_id,
     )
     stored = False
 
