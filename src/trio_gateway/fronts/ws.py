@@ -94,6 +94,26 @@ class WebSocketStats:
     requests_in_flight: int
 
 
+class SocketPlaces:
+    """``[websocket] max_sockets``: the WebSockets open at once, on every WebSocket route
+    (``/v1/ws``, and the Responses API's ``/v1/responses``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    def take(self) -> bool:
+        """A place for one more socket, taken at once (no other handshake may run between the
+        check and the count, or concurrent handshakes all pass the check); False when full."""
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        self.open -= 1
+
+
 class WebSocketFront:
     """Serves every socket on ``/v1/ws``; holds only counters across sockets."""
 
@@ -104,18 +124,19 @@ class WebSocketFront:
         config: WebSocketConfig,
         new_request_id: Callable[[], str],
         keys: KeyStore | None = None,
+        places: SocketPlaces | None = None,
     ) -> None:
         self.router = router
         self.keys = keys  # None: no API keys needed
         self.server = server
         self.config = config
         self.new_request_id = new_request_id
-        self._open_sockets = 0
+        self.places = places if places is not None else SocketPlaces(config.max_sockets)
         self._requests_in_flight = 0
 
     def statistics(self) -> WebSocketStats:
         return WebSocketStats(
-            open_sockets=self._open_sockets, requests_in_flight=self._requests_in_flight
+            open_sockets=self.places.open, requests_in_flight=self._requests_in_flight
         )
 
     async def serve(
@@ -139,24 +160,22 @@ class WebSocketFront:
         except GatewayError as exc:
             # Refused before the upgrade; the key is never logged.
             log.info("refusing a websocket: %s", exc.code)
-            await _refuse(send, scope, exc)
+            await refuse_upgrade(send, scope, exc)
             return
-        if self._open_sockets >= self.config.max_sockets:
+        # The place is taken before the accept is awaited (SocketPlaces.take).
+        if not self.places.take():
             # Refused before the upgrade: the client sees HTTP 403 and can try another replica.
-            log.warning("refusing a websocket: %d sockets open", self._open_sockets)
+            log.warning("refusing a websocket: %d sockets open", self.places.open)
             await send({"type": "websocket.close", "code": 1013})
             return
-        # The place is taken before the accept is awaited: between the check and the count no
-        # other handshake may run, or concurrent handshakes all pass the check.
-        self._open_sockets += 1
         try:
             await send({"type": "websocket.accept", "subprotocol": handshake.subprotocol})
             await _Socket(self, send, drop_connection, key).run(receive)
         finally:
-            self._open_sockets -= 1
+            self.places.release()
 
 
-async def _refuse(send: Send, scope: Scope, error: GatewayError) -> None:
+async def refuse_upgrade(send: Send, scope: Scope, error: GatewayError) -> None:
     """Refuse an upgrade with the error's HTTP status and JSON body where the server supports
     ASGI's denial responses (hypercorn does), else with a plain close (HTTP 403)."""
     if "websocket.http.response" not in scope.get("extensions", {}):

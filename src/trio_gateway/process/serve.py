@@ -28,8 +28,8 @@ from trio_gateway.core.usage import UsageSink
 from trio_gateway.dispatch.live import Gates, Running, open_provider, serve_services
 from trio_gateway.dispatch.router import Provider, Router
 from trio_gateway.fronts.app import GatewayApp
-from trio_gateway.fronts.responses.route import ResponsesService, attach_responses
 from trio_gateway.fronts.responses.seal import Sealer
+from trio_gateway.fronts.responses.service import ResponsesService, attach_responses
 from trio_gateway.http1.listen import Connections, serve_asgi
 from trio_gateway.ops.metrics import ToolCallStopCollector
 from trio_gateway.process.reloader import LoadConfig, Reloader
@@ -282,7 +282,10 @@ async def _serve_gateway(
         hc = hypercorn_config(
             config.server.listen,
             graceful_timeout_s=drain_s + DRAIN_MARGIN_S,
-            websocket_max_message_bytes=config.websocket.max_message_bytes,
+            websocket_max_message_bytes=max(
+                config.websocket.max_message_bytes,
+                config.websocket.responses.max_message_bytes,
+            ),
         )
         stopped = trio.Event()
         stopping = trio.Event()
