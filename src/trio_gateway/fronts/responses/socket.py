@@ -198,7 +198,7 @@ class _Socket:
         self._flush = False
         self._close: CloseFrame | None = None
         self._changed = trio.Event()  # a lane began or ended (the timers look again)
-        self._last_message = trio.current_time()
+        self._last_activity = trio.current_time()
         self._opened = trio.current_time()
         self._read_scope = trio.CancelScope()
         self._timers_scope = trio.CancelScope()
@@ -270,7 +270,7 @@ class _Socket:
                 return
             wake = age_at if self._ending is None else math.inf
             if self._ending is None and not self._lanes.busy:
-                idle_at = self._last_message + settings.idle_timeout_s
+                idle_at = self._last_activity + settings.idle_timeout_s
                 if now >= idle_at:
                     reason = f"idle for {settings.idle_timeout_s:g} s"
                     self._stop(CLIENT_GONE, CloseFrame(code=CLOSE_NORMAL, reason=reason))
@@ -393,7 +393,7 @@ class _Socket:
             if kind == "websocket.disconnect":
                 return
             if kind == "websocket.receive":
-                self._last_message = trio.current_time()
+                self._last_activity = trio.current_time()
                 self._on_message(message.get("text"), message.get("bytes"))
 
     def _on_message(self, text: str | None, data: bytes | None) -> None:
@@ -478,4 +478,6 @@ class _Socket:
             finally:
                 del self._answering[lane]
             create = self._lanes.finish(lane)
+        # Idle is counted from the last message or the last answer, whichever is later.
+        self._last_activity = trio.current_time()
         self._changed.set()
