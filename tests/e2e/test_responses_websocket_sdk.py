@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pytest
 import trio
 from openai import omit
 from openai.types.responses.response import Response
@@ -66,8 +67,44 @@ def tool_loop(v1: str) -> list[Response]:
     return responses
 
 
-async def test_a_tool_loop_sends_only_new_input_with_store_false(stack: Stack) -> None:
-    responses = await trio.to_thread.run_sync(tool_loop, stack.v1)
+async def atool_loop(v1: str) -> list[Response]:
+    """:func:`tool_loop` with the async client."""
+    client = async_client(v1)
+    responses: list[Response] = []
+    async with client.responses.connect() as connection:
+        new_input: Any = [{"role": "user", "content": "weather? " + tool_step(0, last=False)}]
+        previous: str | None = None
+        for step in range(STEPS + 1):
+            await connection.response.create(
+                model="agent-lite",
+                input=new_input,
+                tools=[TOOL],
+                store=False,
+                previous_response_id=previous if previous is not None else omit,
+            )
+            events = await aread_until_done(connection)
+            assert events[-1].type == "response.completed", events[-1]
+            assert [e.sequence_number for e in events] == list(range(len(events)))
+            response = events[-1].response
+            responses.append(response)
+            previous = response.id
+            if step == STEPS:
+                break
+            call = next(item for item in response.output if item.type == "function_call")
+            result = f"18C in city{step}, " + tool_step(step + 1, last=step + 1 == STEPS)
+            new_input = [
+                {"type": "function_call_output", "call_id": call.call_id, "output": result}
+            ]
+    await client.close()
+    return responses
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_a_tool_loop_sends_only_new_input_with_store_false(stack: Stack, mode: str) -> None:
+    if mode == "sync":
+        responses = await trio.to_thread.run_sync(tool_loop, stack.v1)
+    else:
+        responses = await trio.to_thread.run_sync(in_asyncio(lambda: atool_loop(stack.v1)))
     assert responses[-1].output_text == f"done after {STEPS} calls"
     assert all((r.model_extra or {})["store"] is False for r in responses)
     # The simulator got the whole conversation each turn, rebuilt from the socket's memory.

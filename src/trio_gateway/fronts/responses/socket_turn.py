@@ -199,6 +199,8 @@ async def _answer(
     stream_id = create.stream_id
     started_wall, started = time.time(), trio.current_time()
     metric = router.metrics.responses_socket_creates
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("responses socket: %s", describe(create))
     try:
         generate, body = _turn_body(create)
         turn = await prepare_turn(
@@ -252,6 +254,19 @@ async def _answer(
             admission=admission,
         )
         await _keep(session, turn, writer)
+
+
+def describe(create: CreateMessage) -> str:
+    """A create as the debug log shows it: its shape, never its content."""
+    body = create.body
+    items = body.get("input")
+    count = len(items) if isinstance(items, list) else int(items is not None)
+    previous = body.get("previous_response_id")
+    return (
+        f"create lane={create.stream_id or '-'} generate={create.generate} "
+        f"previous={previous if isinstance(previous, str) else '-'} input_items={count} "
+        f"tools={len(body.get('tools') or ())} bytes={create.size}"
+    )
 
 
 def _fits(turn: Turn, max_bytes: int, response: dict[str, Any]) -> bool:
