@@ -10,12 +10,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import h2.config
+import h2.connection
+import h2.events
 import httpx
 import pytest
 import trio
 import trio_websocket
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request, TextMessage
+from wsproto.frame_protocol import FrameProtocol
 
 from tests.e2e.harness import (
     Stack,
@@ -184,6 +188,50 @@ async def test_a_connection_dropped_without_a_close_frame_aborts_the_upstream(
         assert accepted
         await stream.aclose()
     await wait_for_abort(stack.sim)
+
+
+async def test_http2_extended_connect_carries_the_mode(stack: Stack) -> None:
+    """RFC 8441 over h2c: a CONNECT with ``:protocol websocket`` to ``/v1/responses`` (hypercorn
+    announces SETTINGS_ENABLE_CONNECT_PROTOCOL), then WebSocket frames in DATA frames."""
+    host, port = stack.gateway.base_url.removeprefix("http://").rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    h2c.initiate_connection()
+    await stream.send_all(h2c.data_to_send())
+    frames = FrameProtocol(client=True, extensions=[])
+    stream_id: int | None = None
+    status = None
+    texts: list[str] = []
+    with trio.fail_after(TIMEOUT_S):
+        while not any('"response.completed"' in text for text in texts):
+            data = await stream.receive_some()
+            assert data, "the gateway closed the connection"
+            for event in h2c.receive_data(data):
+                if isinstance(event, h2.events.RemoteSettingsChanged) and stream_id is None:
+                    stream_id = h2c.get_next_available_stream_id()
+                    headers = [
+                        (":method", "CONNECT"),
+                        (":protocol", "websocket"),
+                        (":scheme", "http"),
+                        (":path", "/v1/responses"),
+                        (":authority", f"{host}:{port}"),
+                        ("sec-websocket-version", "13"),
+                    ]
+                    h2c.send_headers(stream_id, headers)
+                elif isinstance(event, h2.events.ResponseReceived):
+                    assert stream_id is not None
+                    status = dict(event.headers)[b":status"]
+                    message = create(script({"text": "over h2"}))
+                    h2c.send_data(stream_id, bytes(frames.send_data(message, fin=True)))
+                elif isinstance(event, h2.events.DataReceived):
+                    h2c.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    frames.receive_bytes(event.data)
+                    texts += [str(frame.payload) for frame in frames.received_frames()]
+            await stream.send_all(h2c.data_to_send())
+    await stream.aclose()
+    assert status == b"200"
+    done = strict(texts[-1])
+    assert done.type == "response.completed" and done.response.output_text == "over h2"
 
 
 async def test_every_turn_of_a_conversation_goes_to_one_replica() -> None:
