@@ -7,6 +7,7 @@ kept on one vLLM replica."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from tests.e2e.harness import (
     running_gateway,
     running_sim,
     script,
+    wait_until,
 )
 from tests.e2e.responses_socket import strict
 from tests.e2e.test_auth import keyed_stack
@@ -258,3 +260,31 @@ async def test_every_turn_of_a_conversation_goes_to_one_replica() -> None:
             # Each conversation stayed on one replica, and the six did not all land on one.
             assert all(len(served) == 1 for served in homes), homes
             assert {home for served in homes for home in served} == {0, 1}
+
+
+async def test_a_client_that_stops_reading_is_dropped_and_its_upstream_aborted() -> None:
+    async with running_sim() as sim:
+        config = gateway_config(
+            provider_toml("sim-a", sim.base_url), server="client_stall_timeout_s = 1.0"
+        )
+        async with running_gateway(config) as gateway:
+            host, port = gateway.base_url.removeprefix("http://").rsplit(":", 1)
+            stream = await trio.open_tcp_stream(host, int(port))
+            stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            ws = WSConnection(ConnectionType.CLIENT)
+            with trio.fail_after(TIMEOUT_S):
+                await stream.send_all(ws.send(Request(host=host, target="/v1/responses")))
+                while not any(isinstance(e, AcceptConnection) for e in ws.events()):
+                    ws.receive_data(await stream.receive_some())
+                await stream.send_all(ws.send(TextMessage(data=create(LONG, store=False))))
+                # Reads nothing more: the gateway's writes wait, then it gives up on the client.
+                await wait_for_abort(sim, timeout_s=TIMEOUT_S)
+            await wait_until(
+                lambda: (
+                    gateway.router.metrics.registry.get_sample_value(
+                        "gateway_cancellations_total", {"cause": "client_stall"}
+                    )
+                    == 1.0
+                )
+            )
+            await stream.aclose()

@@ -92,6 +92,9 @@ ROUTE_LIST = (
     "POST /v1/responses, GET /v1/responses (WebSocket), GET /v1/responses/{id}, "
     "DELETE /v1/responses/{id}"
 )
+# WebSocket upgrades the gateway's HTTP/1.1 server serves itself (http1/websocket.py: several
+# messages in one write); the others (/v1/ws) go to hypercorn's.
+OWN_WEBSOCKET_PATHS = frozenset({"/v1/responses"})
 # The paths a WebSocket upgrade may ask for, for the 404 of any other.
 WEBSOCKET_ROUTE_LIST = "GET /v1/ws, GET /v1/responses (the Responses API's WebSocket mode)"
 # Paths that need an API key when the gateway has keys; the probes and metrics never do.

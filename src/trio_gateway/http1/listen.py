@@ -154,14 +154,16 @@ async def serve_asgi(
     body_timeout_s: float,
     max_body_bytes: int,
     on_refused: OnRefused | None = None,
+    websocket_paths: frozenset[str] = frozenset(),
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the ASGI ``app`` on ``sockets`` until ``shutdown_trigger`` returns; then stop
     accepting and give open connections ``config.graceful_timeout``.
 
-    HTTP/1.x is the gateway's own server (``http1/server.py``); a WebSocket upgrade, h2c and
-    HTTP/2 are handed to hypercorn's, with hypercorn's ``config`` (its keep-alive timeout is
-    the other's too)."""
+    HTTP/1.x is the gateway's own server (``http1/server.py``), and so is a WebSocket upgrade
+    to one of ``websocket_paths`` (``http1/websocket.py``); any other upgrade, h2c and HTTP/2
+    are handed to hypercorn's, with hypercorn's ``config`` (its keep-alive timeout and
+    WebSocket message size are the other's too)."""
     context = WorkerContext(None)
     h1 = H1Server(
         app,
@@ -172,6 +174,8 @@ async def serve_asgi(
         write_timeout_s=write_timeout_s,
         max_body_bytes=max_body_bytes,
         on_refused=on_refused,
+        websocket_paths=websocket_paths,
+        websocket_max_message_chars=config.websocket_max_message_size,
     )
     listeners = []
     binds = []

@@ -27,7 +27,7 @@ from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.core.usage import UsageSink
 from trio_gateway.dispatch.live import Gates, Running, open_provider, serve_services
 from trio_gateway.dispatch.router import Provider, Router
-from trio_gateway.fronts.app import GatewayApp
+from trio_gateway.fronts.app import OWN_WEBSOCKET_PATHS, GatewayApp
 from trio_gateway.fronts.responses.seal import Sealer
 from trio_gateway.fronts.responses.service import ResponsesService, attach_responses
 from trio_gateway.http1.listen import Connections, serve_asgi
@@ -336,6 +336,7 @@ async def _serve_gateway(
                     body_timeout_s=config.server.body_timeout_s,
                     max_body_bytes=config.server.max_body_bytes,
                     on_refused=app.refused_by_server,
+                    websocket_paths=OWN_WEBSOCKET_PATHS,
                     task_status=task_status,
                 )
             finally:

@@ -68,6 +68,7 @@ from trio_gateway.fronts.responses.socket_turn import (
     serve_create,
 )
 from trio_gateway.fronts.ws import CloseFrame, SocketPlaces, refuse_upgrade
+from trio_gateway.http1.websocket import SEND_MANY
 from trio_gateway.ops.access import log_access, request_context
 from trio_gateway.ops.drain import SHUTDOWN
 
@@ -77,6 +78,8 @@ CLOSE_NORMAL: Final = 1000
 CLOSE_TOO_BIG: Final = 1009
 # Why a socket's answers were stopped, for their records (gateway_cancellations_total).
 SOCKET_AGE: Final = "socket_age"
+# Messages written at once, at most (one write of the gateway's own server).
+MAX_BATCH_MESSAGES: Final = 256
 # The socket's responses whose lane a late steer can still be told (their ids, bounded).
 RECENT_RESPONSES: Final = 256
 
@@ -133,7 +136,9 @@ class ResponsesSocketFront:
             self.router.metrics.responses_sockets.inc()
             await send({"type": "websocket.accept", "subprotocol": handshake.subprotocol})
             session = self._session(scope, key, send, drop_connection)
-            await _Socket(self, session, send).run(receive)
+            # The gateway's own server writes several messages at once (http1/websocket.py).
+            batches = SEND_MANY in scope.get("extensions", {})
+            await _Socket(self, session, send, batches=batches).run(receive)
         finally:
             self.places.release()
 
@@ -176,8 +181,11 @@ class ResponsesSocketFront:
 
 
 class _Socket:
-    def __init__(self, front: ResponsesSocketFront, session: Session, send: Send) -> None:
+    def __init__(
+        self, front: ResponsesSocketFront, session: Session, send: Send, *, batches: bool
+    ) -> None:
         self._front = front
+        self._batches = batches
         self._session = session
         session.send_texts = self._send_texts
         self._settings = front.config.responses
@@ -203,7 +211,7 @@ class _Socket:
         self._read_scope = trio.CancelScope()
         self._timers_scope = trio.CancelScope()
         self._writer_idle: trio.CancelScope | None = None
-        self._in_send = False
+        self._in_send = 0  # writes in progress
         self._sends = 0
         self._watch_scope = trio.CancelScope()
         self._lanes_nursery: trio.Nursery | None = None
@@ -322,7 +330,15 @@ class _Socket:
             self._stop(CLIENT_STALL, CloseFrame(code=CLOSE_SLOW_CONSUMER, reason=reason))
 
     async def _send_texts(self, texts: Sequence[str]) -> None:
-        """A lane's messages, in order, each waiting for room up to the stall period."""
+        """A lane's messages, in order, waiting for room up to the stall period: written at
+        once, in one write, by the gateway's own server; else through the writer's queue."""
+        if self._batches:
+            # Written at once where the kernel has room; a write blocked for a stall period is
+            # the watchdog's (_watch_writes): it drops the connection, which ends the write.
+            if self._stopping:
+                raise ClientLeft()
+            await self._send_one({"type": "websocket.send", "texts": list(texts)})
+            return
         for text in texts:
             if self._stopping:
                 raise ClientLeft()
@@ -335,10 +351,13 @@ class _Socket:
                 raise ClientStalled() from None
 
     async def _send_one(self, message: dict[str, object]) -> None:
-        self._in_send = True
-        await self._send(message)
-        self._in_send = False
-        self._sends += 1
+        # With batches the lanes write beside the writer (the server orders the writes).
+        self._in_send += 1
+        try:
+            await self._send(message)
+        finally:
+            self._in_send -= 1
+            self._sends += 1
 
     async def _watch_writes(self) -> None:
         """hypercorn writes shielded and without a timeout: a write still blocked a whole stall
@@ -370,7 +389,18 @@ class _Socket:
             self._writer_idle = None
             if text is None or (self._stopping and not self._flush):
                 break
-            await self._send_one({"type": "websocket.send", "text": text})
+            if not self._batches:
+                await self._send_one({"type": "websocket.send", "text": text})
+                continue
+            # What else waits goes in the same write: an upstream read's events, and those of
+            # the other lanes.
+            texts = [text]
+            while len(texts) < MAX_BATCH_MESSAGES:
+                try:
+                    texts.append(self._outbound_receive.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            await self._send_one({"type": "websocket.send", "texts": texts})
         if self._close is None:
             return
         with trio.move_on_after(self._stall_s):
