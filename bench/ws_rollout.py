@@ -54,7 +54,7 @@ TOOL: dict[str, Any] = {
         "required": ["path"],
     },
 }
-WORDS = "def return self import async await trio nursery cancel scope stream chunk".split()
+WORDS = ("def", "return", "self", "import", "async", "await", "trio", "nursery", "cancel")
 
 
 @attrs.frozen(kw_only=True)
@@ -210,7 +210,7 @@ async def run_rollouts(port: int, model: str, mode: str, cfg: Config) -> list[Ro
         for i in indexes:  # shared: each rollout runs once
             try:
                 await one(port, model, cfg, i, results[i])
-            except Exception as exc:  # noqa: BLE001 - a failed rollout is reported, not raised
+            except Exception as exc:  # a failed rollout is reported, not raised
                 results[i].error = f"{exc.__class__.__name__}: {exc}"
 
     async with trio.open_nursery() as nursery:
@@ -243,27 +243,71 @@ def run_mode(st: Stack, mode: str, cfg: Config) -> dict[str, Any]:
         "completed": len(done),
         "errors": [r.error for r in results if r.error is not None][:5],
         "turns": turns,
-        "rollout_p50_s": statistics.median(seconds) if seconds else None,
-        "rollout_mean_s": statistics.fmean(seconds) if seconds else None,
-        "ttft_p50_s": harness.percentile(ttfts, 0.5),
-        "ttft_p99_s": harness.percentile(ttfts, 0.99),
-        # The last turns, where the two differ most: the history is longest.
-        "ttft_last_p50_s": harness.percentile([r.ttfts_s[-1] for r in done], 0.5),
-        "cpu_ms_per_turn": cpu_s * 1000 / turns if cpu_s and turns else None,
-        "sent_kib_per_rollout": statistics.fmean(r.sent_bytes for r in done) / 1024
-        if done
-        else None,
-        "ttft_by_turn_s": [
-            statistics.median(r.ttfts_s[i] for r in done) for i in range(cfg.tool_calls + 1)
-        ]
-        if done
-        else [],
+        "cpu_s": cpu_s,
+        "rollouts_s": seconds,
+        "ttfts_s": ttfts,
+        "last_ttfts_s": [r.ttfts_s[-1] for r in done],
+        "sent_bytes": [r.sent_bytes for r in done],
+        **summary(seconds, ttfts, [r.ttfts_s[-1] for r in done], cpu_s, turns, done),
         "process": proc,
         "sim_stats": harness.sim_stats(st.sim_url),
     }
 
 
+def summary(
+    seconds: list[float],
+    ttfts: list[float],
+    last_ttfts: list[float],
+    cpu_s: float | None,
+    turns: int,
+    done: Sequence[Rollout] | Sequence[int],
+) -> dict[str, Any]:
+    sent = [d.sent_bytes if isinstance(d, Rollout) else d for d in done]
+    return {
+        "rollout_p50_s": statistics.median(seconds) if seconds else None,
+        "rollout_mean_s": statistics.fmean(seconds) if seconds else None,
+        "ttft_p50_s": harness.percentile(ttfts, 0.5),
+        "ttft_p99_s": harness.percentile(ttfts, 0.99),
+        # The last turns, where the two differ most: the history is longest.
+        "ttft_last_p50_s": harness.percentile(last_ttfts, 0.5),
+        "cpu_ms_per_turn": cpu_s * 1000 / turns if cpu_s and turns else None,
+        "sent_kib_per_rollout": statistics.fmean(sent) / 1024 if sent else None,
+    }
+
+
+def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rounds of each mode as one row: their rollouts, turns and CPU pooled."""
+    out = []
+    for mode in MODES:
+        mine = [r for r in rows if r["mode"] == mode]
+        if not mine:
+            continue
+        cpu = [r["cpu_s"] for r in mine]
+        cpu_s = sum(c for c in cpu if c is not None) if None not in cpu else None
+        turns = sum(r["turns"] for r in mine)
+        seconds = [x for r in mine for x in r["rollouts_s"]]
+        row = {
+            "mode": mode,
+            "label": LABELS[mode],
+            "rounds": len(mine),
+            "rollouts": sum(r["rollouts"] for r in mine),
+            "completed": sum(r["completed"] for r in mine),
+            "loadavg_before": mine[0]["loadavg_before"],
+            **summary(
+                seconds,
+                [x for r in mine for x in r["ttfts_s"]],
+                [x for r in mine for x in r["last_ttfts_s"]],
+                cpu_s,
+                turns,
+                [x for r in mine for x in r["sent_bytes"]],
+            ),
+        }
+        out.append(row)
+    return out
+
+
 def table(rows: list[dict[str, Any]]) -> str:
+    rows = pooled(rows)
     header = ["mode", "rollouts", "rollout p50 / mean (s)", "TTFT p50 / p99 (ms)"]
     header += ["last turn's TTFT p50 (ms)", "gateway CPU (ms/turn)", "sent (KiB/rollout)"]
     header += ["load avg"]
@@ -285,7 +329,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    by = {r["mode"]: r for r in rows}
+    by = {r["mode"]: r for r in pooled(rows)}
     http, ws = by.get(HTTP), by.get(WS)
     if http is None or ws is None:
         return [{"target": "both modes ran", "value": None, "met": False}]
@@ -324,11 +368,17 @@ def parse(argv: Sequence[str]) -> tuple[Common, Config]:
     p.add_argument("--concurrency", type=int, default=2, help="rollouts at once")
     p.add_argument("--tool-calls", type=int, default=20, help="per rollout, then the answer")
     p.add_argument("--grow-bytes", type=int, default=2048, help="a tool output's size")
+    p.add_argument("--decode-tokens-per-s", type=float, default=200.0, help="the simulator's speed")
     p.add_argument(
-        "--decode-tokens-per-s", type=float, default=200.0, help="the simulator's speed"
+        "--rounds",
+        type=int,
+        default=2,
+        help="each mode this many times, alternating (the machine may be shared); pooled",
     )
     a = p.parse_args(argv)
     common = harness.common_from(p, a, MODES)
+    if a.rounds > 1:
+        common = attrs.evolve(common, modes=common.modes * a.rounds)
     if common.smoke:
         return common, Config(
             rollouts=2, concurrency=1, tool_calls=3, grow_bytes=512, decode_tokens_per_s=500.0
@@ -357,8 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gateway = GatewaySettings(
         max_inflight=max(8, cfg.concurrency),
         queue_timeout_s=60.0,
-        tables="[websocket.responses]\nmax_message_bytes = 16777216\n"
-        "max_queued_bytes = 16777216\n",
+        tables="[websocket.responses]\nmax_message_bytes = 16777216\nmax_queued_bytes = 16777216\n",
         server_extra="max_body_bytes = 16777216",
         provider_extra='capabilities = ["tools", "reasoning"]',
     )
