@@ -226,7 +226,9 @@ class WebSocketConnection:
         state = self._state
         if kind == "websocket.send" and state == "open":
             texts = message.get("texts")
-            if texts is not None:
+            if texts is not None and self._plain:
+                await self._write(b"".join([text_frame(text) for text in texts]))
+            elif texts is not None:
                 await self._send_frames([TextMessage(data=text) for text in texts])
             elif message.get("bytes") is not None:
                 await self._send_frame(BytesMessage(data=bytes(message["bytes"])))

@@ -187,6 +187,9 @@ def steer_failed_event(
     return event
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def dumps(event: Mapping[str, Any]) -> str:
     """An event as the text of one WebSocket message."""
-    return json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(event)
