@@ -39,7 +39,7 @@ async def loop(v1: str) -> list[Any]:
             input=[output],
             previous_response_id=call_step.response.id,
             tool_choice="none",
-            max_output_tokens=8,
+            max_output_tokens=16,
             temperature=0,
             **common,
         )
@@ -55,7 +55,7 @@ async def test_a_tool_loop_over_the_socket_on_real_vllm(gateway: GatewayHandle) 
     response = answer.response
     assert response.incomplete_details.reason == "max_output_tokens"
     assert [item.type for item in response.output] == ["message"]
-    assert response.output_text and response.usage.output_tokens == 8
+    assert response.output_text and response.usage.output_tokens == 16
     # vLLM got the whole loop, rebuilt from the socket's memory: the call and its output
     # make the second prompt longer than the first.
     assert response.usage.input_tokens > call_step.usage.input_tokens + 5
