@@ -12,9 +12,11 @@ process per mode, each alone with the simulator while it is measured):
 The simulator answers each turn from a script in the tool's output: a little reasoning and the
 next call, or the answer. Reported per mode: a rollout's end-to-end time (p50, mean), a
 turn's time to first token (request sent → first delta) p50/p99, the gateway's CPU per turn
-(its process's CPU seconds over the run / turns), and the bytes the client sent (what the
-gateway received: bodies or messages). Targets (issue 41): WebSocket ≥ 20 % faster end to end,
-and cheaper in gateway CPU per turn.
+(its process's CPU seconds over the run / turns), the simulator's (what bounds the rest: it
+reads each turn's whole prompt, the same in both modes), and the bytes the client sent (what
+the gateway received: bodies or messages). ``--rounds`` runs the modes alternately, pooled
+(the machine may be shared). Targets (issue 41): WebSocket ≥ 20 % faster end to end, and
+cheaper in gateway CPU per turn.
 
     .venv/bin/python -m bench.ws_rollout
     .venv/bin/python -m bench.ws_rollout --smoke --no-plots
@@ -38,9 +40,11 @@ import trio_websocket
 
 from bench import harness
 from bench.harness import LABELS, Common, GatewaySettings, SimSettings, Stack, fmt
+from bench.procstat import Sampler
 
 SCENARIO = "ws_rollout"
 HTTP, WS = "http", "ws"
+SIM = "simulator"
 MODES = (HTTP, WS)
 LABELS[HTTP] = "HTTP, store: false, full history"
 LABELS[WS] = "WebSocket, previous_response_id"
@@ -221,7 +225,11 @@ async def run_rollouts(port: int, model: str, mode: str, cfg: Config) -> list[Ro
 
 def run_mode(st: Stack, mode: str, cfg: Config) -> dict[str, Any]:
     port, model = st.targets[mode]
-    sampler = harness.sampler_for(st, mode)
+    # The simulator too: its own work per turn (reading the whole prompt) bounds what the
+    # gateway's side can change end to end.
+    pid = st.pid(mode)
+    assert pid is not None
+    sampler = Sampler({mode: pid, SIM: st.sim.process.pid})
     with sampler:
         sampler.mark("start")
         started = time.monotonic()
@@ -230,6 +238,7 @@ def run_mode(st: Stack, mode: str, cfg: Config) -> dict[str, Any]:
         sampler.mark("end")
         harness.settle(sampler, st, mode, 0.0)
     proc = harness.process_summary(sampler, mode)
+    sim_proc = harness.process_summary(sampler, SIM)
     done = [r for r in results if r.error is None]
     turns = sum(r.turns for r in results)
     ttfts = [t for r in done for t in r.ttfts_s]
@@ -244,6 +253,7 @@ def run_mode(st: Stack, mode: str, cfg: Config) -> dict[str, Any]:
         "errors": [r.error for r in results if r.error is not None][:5],
         "turns": turns,
         "cpu_s": cpu_s,
+        "sim_cpu_s": sim_proc["cpu_s"] if sim_proc else None,
         "rollouts_s": seconds,
         "ttfts_s": ttfts,
         "last_ttfts_s": [r.ttfts_s[-1] for r in done],
@@ -302,6 +312,12 @@ def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 [x for r in mine for x in r["sent_bytes"]],
             ),
         }
+        sim_cpu = [r.get("sim_cpu_s") for r in mine]
+        row["sim_cpu_ms_per_turn"] = (
+            sum(c for c in sim_cpu if c is not None) * 1000 / turns
+            if turns and None not in sim_cpu
+            else None
+        )
         out.append(row)
     return out
 
@@ -309,7 +325,8 @@ def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def table(rows: list[dict[str, Any]]) -> str:
     rows = pooled(rows)
     header = ["mode", "rollouts", "rollout p50 / mean (s)", "TTFT p50 / p99 (ms)"]
-    header += ["last turn's TTFT p50 (ms)", "gateway CPU (ms/turn)", "sent (KiB/rollout)"]
+    header += ["last turn's TTFT p50 (ms)", "gateway CPU (ms/turn)", "simulator CPU (ms/turn)"]
+    header += ["sent (KiB/rollout)"]
     header += ["load avg"]
     out = []
     for r in rows:
@@ -321,6 +338,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{fmt(r['ttft_p50_s'], 1, 1000)} / {fmt(r['ttft_p99_s'], 1, 1000)}",
                 fmt(r["ttft_last_p50_s"], 1, 1000),
                 fmt(r["cpu_ms_per_turn"], 2),
+                fmt(r["sim_cpu_ms_per_turn"], 1),
                 fmt(r["sent_kib_per_rollout"], 0),
                 fmt((r["loadavg_before"] or [None])[0], 2),
             ]

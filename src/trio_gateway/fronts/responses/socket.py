@@ -67,7 +67,7 @@ from trio_gateway.fronts.responses.socket_turn import (
     record_refusal,
     serve_create,
 )
-from trio_gateway.fronts.ws import CloseFrame, SocketPlaces, refuse_upgrade
+from trio_gateway.fronts.ws import CloseFrame, SocketPlaces, SocketWriter, refuse_upgrade
 from trio_gateway.http1.websocket import SEND_MANY
 from trio_gateway.ops.access import log_access, request_context
 from trio_gateway.ops.drain import SHUTDOWN
@@ -190,7 +190,6 @@ class _Socket:
         session.send_texts = self._send_texts
         self._settings = front.config.responses
         self._stall_s = front.server.client_stall_timeout_s
-        self._send = send
         self._outbound_send, self._outbound_receive = trio.open_memory_channel[str](
             front.config.max_queued_events
         )
@@ -211,8 +210,8 @@ class _Socket:
         self._read_scope = trio.CancelScope()
         self._timers_scope = trio.CancelScope()
         self._writer_idle: trio.CancelScope | None = None
-        self._in_send = 0  # writes in progress
-        self._sends = 0
+        # With batches, the lanes write beside the writer task (the server orders the writes).
+        self._writer = SocketWriter(send, self._stall_s)
         self._watch_scope = trio.CancelScope()
         self._lanes_nursery: trio.Nursery | None = None
 
@@ -337,7 +336,7 @@ class _Socket:
             # the watchdog's (_watch_writes): it drops the connection, which ends the write.
             if self._stopping:
                 raise ClientLeft()
-            await self._send_one({"type": "websocket.send", "texts": list(texts)})
+            await self._writer.send({"type": "websocket.send", "texts": list(texts)})
             return
         for text in texts:
             if self._stopping:
@@ -350,29 +349,16 @@ class _Socket:
                     continue
                 raise ClientStalled() from None
 
-    async def _send_one(self, message: dict[str, object]) -> None:
-        # With batches the lanes write beside the writer (the server orders the writes).
-        self._in_send += 1
-        try:
-            await self._send(message)
-        finally:
-            self._in_send -= 1
-            self._sends += 1
-
     async def _watch_writes(self) -> None:
-        """hypercorn writes shielded and without a timeout: a write still blocked a whole stall
-        period after it was first seen drops the connection (as ``ws.py`` does)."""
+        """A write blocked for a stall period drops the connection (``SocketWriter.watch``)."""
         with self._watch_scope:
-            seen = -1
-            while True:
-                await trio.sleep(self._stall_s)
-                if self._in_send and self._sends == seen:
-                    log.info("dropping a websocket on /v1/responses whose client stopped reading")
-                    self._stop(CLIENT_STALL, None)
-                    if self._session.drop_connection is not None:
-                        self._session.drop_connection()
-                    return
-                seen = self._sends
+            await self._writer.watch(self._stuck)
+
+    def _stuck(self) -> None:
+        log.info("dropping a websocket on /v1/responses whose client stopped reading")
+        self._stop(CLIENT_STALL, None)
+        if self._session.drop_connection is not None:
+            self._session.drop_connection()
 
     async def _write(self) -> None:
         try:
@@ -390,7 +376,7 @@ class _Socket:
             if text is None or (self._stopping and not self._flush):
                 break
             if not self._batches:
-                await self._send_one({"type": "websocket.send", "text": text})
+                await self._writer.send({"type": "websocket.send", "text": text})
                 continue
             # What else waits goes in the same write: an upstream read's events, and those of
             # the other lanes.
@@ -400,20 +386,9 @@ class _Socket:
                     texts.append(self._outbound_receive.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            await self._send_one({"type": "websocket.send", "texts": texts})
-        if self._close is None:
-            return
-        with trio.move_on_after(self._stall_s):
-            while self._flush:
-                try:
-                    text = self._outbound_receive.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-                await self._send_one({"type": "websocket.send", "text": text})
-            close = self._close
-            await self._send_one(
-                {"type": "websocket.close", "code": close.code, "reason": close.reason}
-            )
+            await self._writer.send({"type": "websocket.send", "texts": texts})
+        if self._close is not None:
+            await self._writer.close(self._outbound_receive, self._close, flush=self._flush)
 
     # --- reading ------------------------------------------------------------------------
     async def _read(self, receive: Receive) -> None:
