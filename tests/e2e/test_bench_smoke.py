@@ -29,6 +29,7 @@ from bench import (
     slow_clients,
     stream_memory,
     stream_timing,
+    ws_rollout,
 )
 
 pytestmark = pytest.mark.slow
@@ -249,3 +250,18 @@ def test_priority_smoke(tmp_path: Path) -> None:
             assert row["requests"] > 0 and row["failures"] == {}, (config, cls)
             assert row["completed"] == row["requests"], (config, cls)
             assert 0 < row["ttft_p50_s"] <= row["ttft_p99_s"], (config, cls)
+
+
+def test_ws_rollout_smoke(tmp_path: Path) -> None:
+    # Scenario H (issue 41): rollouts over HTTP and over the Responses WebSocket, each mode
+    # twice, alternating; every rollout completes, and the socket sends far fewer bytes.
+    result = run(ws_rollout.main, tmp_path, "ws_rollout")
+    rows = result["rows"]
+    assert [row["mode"] for row in rows] == ["http", "ws", "http", "ws"]
+    for row in rows:
+        assert row["completed"] == row["rollouts"] and not row["errors"], row["errors"]
+        assert row["turns"] == row["rollouts"] * 4  # three calls and the answer
+        assert row["ttft_p50_s"] > 0 and row["cpu_s"] is not None
+        check_middle(row, cpu_may_be_nil=True)
+    sent = {row["mode"]: row["sent_kib_per_rollout"] for row in rows}
+    assert sent["ws"] < sent["http"]

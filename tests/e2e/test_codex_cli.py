@@ -70,8 +70,10 @@ def codex() -> Path:
 
 
 async def codex_exec(
-    codex: Path, stack: Stack, home: Path, prompt: str
+    codex: Path, stack: Stack, home: Path, prompt: str, *, websockets: bool = False
 ) -> subprocess.CompletedProcess[bytes]:
+    """``codex exec`` with the gateway as its model provider; ``websockets``: over the
+    Responses API's WebSocket mode (``supports_websockets``), else ``POST /v1/responses``."""
     await trio.Path(home).mkdir(exist_ok=True)
     await trio.Path(home / "config.toml").write_text(
         'model = "agent-lite"\n'
@@ -82,7 +84,7 @@ async def codex_exec(
         'name = "trio-gateway"\n'
         f'base_url = "{stack.v1}"\n'
         'wire_api = "responses"\n'
-        'env_key = "TRIO_GATEWAY_KEY"\n'
+        'env_key = "TRIO_GATEWAY_KEY"\n' + ("supports_websockets = true\n" if websockets else "")
     )
     env = {**os.environ, "CODEX_HOME": str(home), "TRIO_GATEWAY_KEY": "unused"}
     command = [

@@ -371,7 +371,9 @@ async def test_other_websocket_paths_are_refused(stack: Stack) -> None:
     with trio.fail_after(TIMEOUT_S), pytest.raises(trio_websocket.ConnectionRejected) as rejected:
         async with trio_websocket.open_websocket_url(url):
             pass
-    assert rejected.value.status_code == 403
+    assert rejected.value.status_code == 404
+    assert rejected.value.body is not None
+    assert "GET /v1/ws" in json.loads(rejected.value.body)["error"]["message"]
 
 
 async def test_a_draining_gateway_refuses_new_requests_then_closes_the_socket_with_1001(

@@ -25,7 +25,7 @@ from trio_gateway.core.priority import PRIORITY_MAX, PRIORITY_MIN, PRIORITY_RANG
 from trio_gateway.redis.url import parse_redis_url
 
 if TYPE_CHECKING:
-    from trio_gateway.config.schema import GatewayConfig, ProviderConfig
+    from trio_gateway.config.schema import GatewayConfig, ProviderConfig, ResponsesSocketConfig
 
 # Worker processes of one `serve`: a bound on what one mistyped number starts.
 MAX_WORKERS = 64
@@ -250,6 +250,7 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str] | None) 
     for key in ("ping_interval_s", "ping_timeout_s"):
         if getattr(config.websocket, key) <= 0:
             problems.append(f"websocket.{key}: must be greater than 0")
+    problems.extend(_responses_socket_problems(config.websocket.responses))
     if not config.aliases:
         problems.append("aliases: at least one alias is needed")
     seen: dict[str, tuple[str, ProviderConfig]] = {}
@@ -451,6 +452,28 @@ def raw_secret_problems(raw: dict[str, Any], environ: Mapping[str, str]) -> list
                     f"aliases.{alias_name}.providers[{i}].api_key_env: "
                     f"environment variable {env!r} is not set"
                 )
+    return problems
+
+
+def _responses_socket_problems(settings: ResponsesSocketConfig) -> list[str]:
+    """``[websocket.responses]``: positive times and bounds, and a queue that holds one
+    message."""
+    where = "websocket.responses"
+    problems = [
+        f"{where}.{name}: must be greater than 0"
+        for name in ("max_age_s", "idle_timeout_s")
+        if getattr(settings, name) <= 0
+    ]
+    problems += [
+        f"{where}.{name}: must be at least 1"
+        for name in ("max_message_bytes", "max_lanes", "max_queued_bytes", "memory_bytes")
+        if getattr(settings, name) < 1
+    ]
+    if 1 <= settings.max_queued_bytes < settings.max_message_bytes:
+        problems.append(
+            f"{where}.max_queued_bytes: must be at least max_message_bytes "
+            f"({settings.max_message_bytes}), or a large message could never wait its turn"
+        )
     return problems
 
 

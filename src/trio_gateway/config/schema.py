@@ -83,8 +83,31 @@ class ServerConfig:
 
 
 @attrs.frozen(kw_only=True)
+class ResponsesSocketConfig:
+    """``[websocket.responses]``: the Responses API's WebSocket mode on ``/v1/responses``
+    (docs/api.md, "WebSocket mode")."""
+
+    # A socket older than this answers websocket_connection_limit_reached, then closes (the
+    # API's 60 minutes).
+    max_age_s: float = 3600.0
+    # A socket with nothing answering and nothing received for this long is closed (1000).
+    idle_timeout_s: float = 900.0
+    # A larger client message closes the socket with 1009.
+    max_message_bytes: int = 4 * 1024 * 1024
+    # Lanes (stream_id) answering at once on one socket; a create opening one more is refused.
+    max_lanes: int = 8
+    # What response.create messages waiting behind their lane's answer may hold, in bytes
+    # (each counted at least 1 KiB); one more is refused.
+    max_queued_bytes: int = 8 * 1024 * 1024
+    # The socket's own recent responses (previous_response_id with store: false), in bytes;
+    # the oldest use goes first.
+    memory_bytes: int = 16 * 1024 * 1024
+
+
+@attrs.frozen(kw_only=True)
 class WebSocketConfig:
-    """``GET /v1/ws`` limits (docs/events.md)."""
+    """``GET /v1/ws`` limits (docs/events.md); ``max_sockets`` counts the Responses API's
+    sockets on ``/v1/responses`` too, whose own limits are ``responses``."""
 
     # Sockets open at once on this gateway; one more is refused at the handshake (HTTP 403).
     max_sockets: int = 1000
@@ -94,6 +117,7 @@ class WebSocketConfig:
     max_queued_events: int = 1024
     ping_interval_s: float = 20.0
     ping_timeout_s: float = 20.0
+    responses: ResponsesSocketConfig = ResponsesSocketConfig()
 
 
 @attrs.frozen(kw_only=True)

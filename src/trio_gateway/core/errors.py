@@ -33,7 +33,8 @@ occur, never further in.
     │       ├── UnknownMessageType      unknown_type
     │       ├── MessageTooLarge         message_too_large
     │       ├── DuplicateId             duplicate_id
-    │       └── TooManyRequests         too_many_requests (retryable)
+    │       ├── TooManyRequests         too_many_requests (retryable)
+    │       └── ConnectionLimitReached  websocket_connection_limit_reached (a socket's age)
     ├── UpstreamError                   a provider failed: the next one may be tried, 5xx
     │   ├── UpstreamUnreachable         502 upstream_unreachable
     │   ├── UpstreamTimeout             504 upstream_timeout
@@ -303,6 +304,13 @@ class TooManyRequests(MessageRefused):
     code = "too_many_requests"
     status = 429
     retryable = True
+
+
+class ConnectionLimitReached(MessageRefused):
+    """A Responses WebSocket past its maximum age (the API's 60 minutes): nothing more is
+    started on it, and it closes; the client opens a new one."""
+
+    code = "websocket_connection_limit_reached"
 
 
 class UpstreamError(GatewayError):

@@ -43,7 +43,8 @@ from trio_gateway.fronts.messages.events import anthropic_error
 from trio_gateway.fronts.messages.route import handle_count_tokens, handle_messages
 from trio_gateway.fronts.operator import OPERATOR_PATHS, serve_operator
 from trio_gateway.fronts.responses.route import handle_responses, handle_stored
-from trio_gateway.fronts.ws import WebSocketFront
+from trio_gateway.fronts.responses.socket import ResponsesSocketFront
+from trio_gateway.fronts.ws import WebSocketFront, refuse_upgrade
 from trio_gateway.http1.listen import Connections
 from trio_gateway.http1.server import HANG_UP_EXTENSION
 from trio_gateway.ops.access import RequestContext, log_access, request_context
@@ -83,8 +84,14 @@ ROUTE_LIST = (
     "GET /v1/models, GET /v1/models/{id}, "
     "GET /v1/ws (WebSocket), GET /healthz, GET /readyz, GET /metrics, GET / (status page), "
     "GET /status, GET /status.json, "
-    "POST /v1/responses, GET /v1/responses/{id}, DELETE /v1/responses/{id}"
+    "POST /v1/responses, GET /v1/responses (WebSocket), GET /v1/responses/{id}, "
+    "DELETE /v1/responses/{id}"
 )
+# WebSocket upgrades the gateway's HTTP/1.1 server serves itself (http1/websocket.py: several
+# messages in one write); the others (/v1/ws) go to hypercorn's.
+OWN_WEBSOCKET_PATHS = frozenset({"/v1/responses"})
+# The paths a WebSocket upgrade may ask for, for the 404 of any other.
+WEBSOCKET_ROUTE_LIST = "GET /v1/ws, GET /v1/responses (the Responses API's WebSocket mode)"
 # Paths that need an API key when the gateway has keys; the operator's endpoints have their own
 # rules (fronts/operator.py).
 KEYED_PATHS = frozenset(
@@ -142,6 +149,15 @@ class GatewayApp:
         self.keys = open_keys(config)
         self.websocket = WebSocketFront(
             router, config.server, config.websocket, new_request_id, self.keys
+        )
+        # The Responses API's WebSocket mode; its sockets count against the same max_sockets.
+        self.responses_socket = ResponsesSocketFront(
+            router,
+            config.server,
+            config.websocket,
+            new_request_id,
+            self.keys,
+            self.websocket.places,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -201,12 +217,24 @@ class GatewayApp:
         if kind == "lifespan":
             await self._lifespan(receive, send)
         elif kind == "websocket":
-            if scope["path"].rstrip("/") == "/v1/ws":
-                await self.websocket.serve(
-                    receive, send, partial(self.connections.abort, scope.get("client")), scope
-                )
+            path = scope["path"].rstrip("/")
+            drop = partial(self.connections.abort, scope.get("client"))
+            if path == "/v1/ws":
+                await self.websocket.serve(receive, send, drop, scope)
+            elif path == "/v1/responses":
+                await self.responses_socket.serve(receive, send, drop, scope)
             else:
-                await send({"type": "websocket.close", "code": 1008})
+                await self._no_websocket_route(scope, receive, send)
+
+    async def _no_websocket_route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket upgrade to a path that takes none: a 404 naming those that do."""
+        if (await receive())["type"] != "websocket.connect":
+            return
+        path = scope["path"][:MAX_LOGGED_PATH_CHARS]
+        error = RouteNotFound(
+            f"no WebSocket route {path}; the WebSocket routes are {WEBSOCKET_ROUTE_LIST}"
+        )
+        await refuse_upgrade(send, scope, error)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -51,7 +51,8 @@ class Handshake:
 
 
 def websocket_handshake(scope: Scope) -> Handshake:
-    """Read the key from the header, a ``bearer.`` subprotocol or the query, in that order."""
+    """Read the key from the headers (``Authorization: Bearer``, then ``x-api-key``), a
+    ``bearer.`` subprotocol or the query, in that order."""
     offered: list[str] = list(scope.get("subprotocols") or [])
     subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
     tokens = [p[len(BEARER_SUBPROTOCOL) :] for p in offered if p.startswith(BEARER_SUBPROTOCOL)]
@@ -61,6 +62,9 @@ def websocket_handshake(scope: Scope) -> Handshake:
             f"the gateway accepts {SUBPROTOCOL!r} and never echoes a key"
         )
     key = bearer_token(header(scope, b"authorization"))
+    if key is None:
+        api_key = header(scope, b"x-api-key")
+        key = (api_key.decode("latin-1").strip() or None) if api_key is not None else None
     if key is None and tokens:
         key = tokens[0] or None
     if key is None:

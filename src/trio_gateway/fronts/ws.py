@@ -96,6 +96,72 @@ class WebSocketStats:
     requests_in_flight: int
 
 
+class SocketPlaces:
+    """``[websocket] max_sockets``: the WebSockets open at once, on every WebSocket route
+    (``/v1/ws``, and the Responses API's ``/v1/responses``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    def take(self) -> bool:
+        """A place for one more socket, taken at once (no other handshake may run between the
+        check and the count, or concurrent handshakes all pass the check); False when full."""
+        if self.open >= self.limit:
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        self.open -= 1
+
+
+class SocketWriter:
+    """A socket's writes through the ASGI ``send``, counted for :meth:`watch`: hypercorn writes
+    shielded and without a timeout, so a client that stops reading blocks a write for good (or
+    until the kernel's TCP_USER_TIMEOUT, where there is one). Shared by both WebSocket
+    routes."""
+
+    def __init__(self, send: Send, period_s: float) -> None:
+        self._send = send
+        self._period_s = period_s
+        self._in_send = 0  # writes in progress (the Responses socket's lanes write side by side)
+        self._sends = 0
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self._in_send += 1
+        try:
+            await self._send(message)
+        finally:
+            self._in_send -= 1
+            self._sends += 1
+
+    async def watch(self, stuck: Callable[[], object]) -> None:
+        """Calls ``stuck`` (which drops the connection, failing the write) once a write is
+        still blocked a whole period after it was first seen: within one to two periods."""
+        seen = -1
+        while True:
+            await trio.sleep(self._period_s)
+            if self._in_send and self._sends == seen:
+                stuck()
+                return
+            seen = self._sends
+
+    async def close(
+        self, queued: trio.MemoryReceiveChannel[str], close: CloseFrame, *, flush: bool
+    ) -> None:
+        """The close frame, after what is queued when ``flush`` (a graceful close: the last
+        answers' final events must arrive); within one period."""
+        with trio.move_on_after(self._period_s):
+            while flush:
+                try:
+                    text = queued.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                await self.send({"type": "websocket.send", "text": text})
+            await self.send({"type": "websocket.close", "code": close.code, "reason": close.reason})
+
+
 class WebSocketFront:
     """Serves every socket on ``/v1/ws``; holds only counters across sockets."""
 
@@ -106,18 +172,19 @@ class WebSocketFront:
         config: WebSocketConfig,
         new_request_id: Callable[[], str],
         keys: KeyStore | None = None,
+        places: SocketPlaces | None = None,
     ) -> None:
         self.router = router
         self.keys = keys  # None: no API keys needed
         self.server = server
         self.config = config
         self.new_request_id = new_request_id
-        self._open_sockets = 0
+        self.places = places if places is not None else SocketPlaces(config.max_sockets)
         self._requests_in_flight = 0
 
     def statistics(self) -> WebSocketStats:
         return WebSocketStats(
-            open_sockets=self._open_sockets, requests_in_flight=self._requests_in_flight
+            open_sockets=self.places.open, requests_in_flight=self._requests_in_flight
         )
 
     async def serve(
@@ -141,24 +208,22 @@ class WebSocketFront:
         except GatewayError as exc:
             # Refused before the upgrade; the key is never logged.
             log.info("refusing a websocket: %s", exc.code)
-            await _refuse(send, scope, exc)
+            await refuse_upgrade(send, scope, exc)
             return
-        if self._open_sockets >= self.config.max_sockets:
+        # The place is taken before the accept is awaited (SocketPlaces.take).
+        if not self.places.take():
             # Refused before the upgrade: the client sees HTTP 403 and can try another replica.
-            log.warning("refusing a websocket: %d sockets open", self._open_sockets)
+            log.warning("refusing a websocket: %d sockets open", self.places.open)
             await send({"type": "websocket.close", "code": 1013})
             return
-        # The place is taken before the accept is awaited: between the check and the count no
-        # other handshake may run, or concurrent handshakes all pass the check.
-        self._open_sockets += 1
         try:
             await send({"type": "websocket.accept", "subprotocol": handshake.subprotocol})
             await _Socket(self, send, drop_connection, key).run(receive)
         finally:
-            self._open_sockets -= 1
+            self.places.release()
 
 
-async def _refuse(send: Send, scope: Scope, error: GatewayError) -> None:
+async def refuse_upgrade(send: Send, scope: Scope, error: GatewayError) -> None:
     """Refuse an upgrade with the error's HTTP status and JSON body where the server supports
     ASGI's denial responses (hypercorn does), else with a plain close (HTTP 403)."""
     if "websocket.http.response" not in scope.get("extensions", {}):
@@ -234,7 +299,6 @@ class _Socket:
         self._key = key  # the socket's API key; each request's alias is checked against it
         self._drop_connection = drop_connection
         self._config = front.config
-        self._send = send
         self._outbound_send, self._outbound_receive = trio.open_memory_channel[str](
             front.config.max_queued_events
         )
@@ -249,9 +313,7 @@ class _Socket:
         self._keepalive_scope = trio.CancelScope()
         self._drain_scope = trio.CancelScope()
         self._writer_idle: trio.CancelScope | None = None
-        # For the write watchdog: a write in progress, and how many have completed.
-        self._in_send = False
-        self._sends = 0
+        self._writer = SocketWriter(send, front.server.client_stall_timeout_s)
         self._watch_scope = trio.CancelScope()
         self._requests_nursery: trio.Nursery | None = None
 
@@ -316,29 +378,17 @@ class _Socket:
                 ),
             )
 
-    async def _send_one(self, message: dict[str, Any]) -> None:
-        self._in_send = True
-        await self._send(message)
-        self._in_send = False
-        self._sends += 1
-
     async def _watch_writes(self) -> None:
-        """hypercorn writes shielded and without a timeout: a client that stops reading blocks
-        the writer for good (or until the kernel's TCP_USER_TIMEOUT, where there is one). A write
-        still blocked a whole ``client_stall_timeout_s`` after it was first seen drops the
-        connection, which fails the write and lets the socket end: within one to two periods."""
-        period_s = self._front.server.client_stall_timeout_s
+        """A write blocked for a stall period drops the connection (``SocketWriter.watch``),
+        which fails the write and lets the socket end."""
         with self._watch_scope:
-            seen = -1
-            while True:
-                await trio.sleep(period_s)
-                if self._in_send and self._sends == seen:
-                    log.info("dropping a websocket whose client stopped reading")
-                    self._stop(CLIENT_STALL, None)
-                    if self._drop_connection is not None:
-                        self._drop_connection()
-                    return
-                seen = self._sends
+            await self._writer.watch(self._stuck)
+
+    def _stuck(self) -> None:
+        log.info("dropping a websocket whose client stopped reading")
+        self._stop(CLIENT_STALL, None)
+        if self._drop_connection is not None:
+            self._drop_connection()
 
     async def _write(self) -> None:
         try:
@@ -360,22 +410,9 @@ class _Socket:
             # hypercorn writes without a timeout; a client that stops reading blocks here until
             # _watch_writes drops the connection. Requests are not waiting on this: they queue,
             # and the queue's bound closes the socket.
-            await self._send_one({"type": "websocket.send", "text": text})
+            await self._writer.send({"type": "websocket.send", "text": text})
         if self._close is not None:
-            with trio.move_on_after(self._front.server.client_stall_timeout_s):
-                while self._flush:
-                    try:
-                        text = self._outbound_receive.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    await self._send_one({"type": "websocket.send", "text": text})
-                await self._send_one(
-                    {
-                        "type": "websocket.close",
-                        "code": self._close.code,
-                        "reason": self._close.reason,
-                    }
-                )
+            await self._writer.close(self._outbound_receive, self._close, flush=self._flush)
 
     async def _keepalive(self) -> None:
         interval_s = self._config.ping_interval_s

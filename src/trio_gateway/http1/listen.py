@@ -155,14 +155,16 @@ async def serve_asgi(
     max_body_bytes: int,
     body_limit_name: str = "the limit",
     on_refused: OnRefused | None = None,
+    websocket_paths: frozenset[str] = frozenset(),
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the ASGI ``app`` on ``sockets`` until ``shutdown_trigger`` returns; then stop
     accepting and give open connections ``config.graceful_timeout``.
 
-    HTTP/1.x is the gateway's own server (``http1/server.py``); a WebSocket upgrade, h2c and
-    HTTP/2 are handed to hypercorn's, with hypercorn's ``config`` (its keep-alive timeout is
-    the other's too)."""
+    HTTP/1.x is the gateway's own server (``http1/server.py``), and so is a WebSocket upgrade
+    to one of ``websocket_paths`` (``http1/websocket.py``); any other upgrade, h2c and HTTP/2
+    are handed to hypercorn's, with hypercorn's ``config`` (its keep-alive timeout and
+    WebSocket message size are the other's too)."""
     context = WorkerContext(None)
     h1 = H1Server(
         app,
@@ -174,6 +176,8 @@ async def serve_asgi(
         max_body_bytes=max_body_bytes,
         body_limit_name=body_limit_name,
         on_refused=on_refused,
+        websocket_paths=websocket_paths,
+        websocket_max_message_chars=config.websocket_max_message_size,
     )
     listeners = []
     binds = []

@@ -56,6 +56,7 @@ from trio_gateway.http1.request import (
     RequestParser,
     find_head_end,
 )
+from trio_gateway.http1.websocket import WebSocketConnection, is_websocket_upgrade
 
 log = logging.getLogger("trio_gateway")
 
@@ -102,8 +103,13 @@ class H1Server:
         max_body_bytes: int,
         body_limit_name: str = "the limit",
         on_refused: OnRefused | None = None,
+        websocket_paths: frozenset[str] = frozenset(),
+        websocket_max_message_chars: int = 16 * 1024 * 1024,
     ) -> None:
         self.app = app
+        # WebSocket upgrades served here (http1/websocket.py), not handed to hypercorn.
+        self.websocket_paths = websocket_paths
+        self.websocket_max_message_chars = websocket_max_message_chars
         self.on_refused = on_refused
         self.hand_off = hand_off
         self.keep_alive_timeout_s = keep_alive_timeout_s
@@ -119,6 +125,13 @@ class H1Server:
         self._idle: set[trio.CancelScope] = set()
         self._date = b""
         self._date_at = -1
+
+    def keeps_websocket(self, head: RequestHead) -> bool:
+        """Whether this server serves the WebSocket ``head`` asks for itself."""
+        if not self.websocket_paths or not is_websocket_upgrade(head):
+            return False
+        path = unquote(head.target.partition(b"?")[0].decode("ascii", "replace"))
+        return path.rstrip("/") in self.websocket_paths
 
     def terminate(self) -> None:
         self.terminated = True
@@ -176,7 +189,10 @@ class _Connection:
                     await self._refuse(exc)
                     return
                 if head.upgrade:
-                    await server.hand_off(_Replay(self.stream, buffer))
+                    if server.keeps_websocket(head):
+                        await self._websocket(head, buffer[head_end:])
+                    else:
+                        await server.hand_off(_Replay(self.stream, buffer))
                     return
                 request = _Request(self, head, buffer[head_end:])
                 # The request keeps what it needs: the bytes as read are not held through the
@@ -196,6 +212,19 @@ class _Connection:
             log.exception("HTTP/1.x connection failed")
         finally:
             await trio.aclose_forcefully(self.stream)
+
+    async def _websocket(self, head: RequestHead, rest: bytes) -> None:
+        server = self.server
+        await WebSocketConnection(
+            self.stream,
+            head,
+            rest,
+            server.app,
+            client=self.client,
+            local=self.local,
+            date=server.date,
+            max_message_chars=server.websocket_max_message_chars,
+        ).serve()
 
     async def _linger(self) -> None:
         """Close gently (``http1/linger.py``); a drain's end (:meth:`H1Server.terminate`) ends

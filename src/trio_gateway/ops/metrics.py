@@ -404,6 +404,21 @@ class Metrics:
             ["front", "field"],
             registry=registry,
         )
+        # The Responses API's WebSocket mode (/v1/responses): its sockets and their creates.
+        self.responses_sockets = Counter(
+            "gateway_responses_sockets_opened",
+            "WebSockets accepted on /v1/responses (the Responses API's WebSocket mode)",
+            registry=registry,
+        )
+        self.responses_socket_creates = Counter(
+            "gateway_responses_socket_creates",
+            "response.create messages on /v1/responses WebSockets, by outcome: answered (sent"
+            " to a provider), remembered (generate: false), refused (before a provider)",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("answered", "remembered", "refused"):
+            self.responses_socket_creates.labels(outcome)
         registry.register(_LiveCollector(read_providers))
         registry.register(LogDropCollector(DROPPED.by_level))
         registry.register(DescriptorCollector(DESCRIPTORS.by_place))

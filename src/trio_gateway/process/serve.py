@@ -31,10 +31,10 @@ from trio_gateway.core.budget_period import period_of
 from trio_gateway.core.usage import UsageSink
 from trio_gateway.dispatch.live import Gates, Running, open_provider, serve_services
 from trio_gateway.dispatch.router import Provider, Router
-from trio_gateway.fronts.app import GatewayApp
+from trio_gateway.fronts.app import OWN_WEBSOCKET_PATHS, GatewayApp
 from trio_gateway.fronts.http import MAX_BODY_BYTES_KEY
-from trio_gateway.fronts.responses.route import ResponsesService, attach_responses
 from trio_gateway.fronts.responses.seal import Sealer
+from trio_gateway.fronts.responses.service import ResponsesService, attach_responses
 from trio_gateway.http1.listen import Connections, serve_asgi
 from trio_gateway.ops.metrics import ToolCallStopCollector, TraceExportCollector
 from trio_gateway.ops.spans import Tracing
@@ -295,7 +295,10 @@ async def _serve_gateway(
         hc = hypercorn_config(
             config.server.listen,
             graceful_timeout_s=drain_s + DRAIN_MARGIN_S,
-            websocket_max_message_bytes=config.websocket.max_message_bytes,
+            websocket_max_message_bytes=max(
+                config.websocket.max_message_bytes,
+                config.websocket.responses.max_message_bytes,
+            ),
         )
         stopped = trio.Event()
         stopping = trio.Event()
@@ -347,6 +350,7 @@ async def _serve_gateway(
                     max_body_bytes=config.server.max_body_bytes,
                     body_limit_name=MAX_BODY_BYTES_KEY,
                     on_refused=app.refused_by_server,
+                    websocket_paths=OWN_WEBSOCKET_PATHS,
                     task_status=task_status,
                 )
             finally:

@@ -82,7 +82,10 @@ class Supervisor:
             hc = hypercorn_config(
                 config.server.listen,
                 graceful_timeout_s=config.server.drain_timeout_s,
-                websocket_max_message_bytes=config.websocket.max_message_bytes,
+                websocket_max_message_bytes=max(
+                    config.websocket.max_message_bytes,
+                    config.websocket.responses.max_message_bytes,
+                ),
             )
             with listening_on(config.server.listen, listen_origin(config)):
                 sockets = listening_sockets(

@@ -61,9 +61,16 @@ def error_code(code: str) -> str:
 
 
 Seal = Callable[[list[dict[str, Any]]], str]
+# How one event is written: as SSE (``event:`` and ``data:`` lines; the default), or as a
+# WebSocket's message (which the socket takes, and nothing is returned).
+Frame = Callable[[dict[str, Any]], bytes]
 # Told the final response (completed or incomplete) before it is written; False: it will not be
 # stored after all, and the response says so (``store: false``).
 Keep = Callable[[dict[str, Any]], bool]
+
+
+def sse_frame(event: dict[str, Any]) -> bytes:
+    return encode_event(dumps(event), event["type"])
 
 
 def usage_object(usage: Usage | None) -> dict[str, Any] | None:
@@ -97,8 +104,10 @@ class ResponseWriter:
         seal: Seal,
         streaming: bool,
         keep: Keep | None = None,
+        frame: Frame | None = None,
     ) -> None:
         self.id = response_id
+        self._frame = frame or sse_frame
         self._base = response_id.removeprefix("resp_")
         self._meta: dict[str, Any] = {
             "id": self.id,
@@ -137,7 +146,13 @@ class ResponseWriter:
             return b""
         event = {"type": kind, **payload, "sequence_number": self._sequence}
         self._sequence += 1
-        return encode_event(dumps(event), kind)
+        return self._frame(event)
+
+    def take_sequence_number(self) -> int:
+        """The next sequence number, for an event of this response's written beside its
+        stream (a WebSocket's ``response.steer.failed``)."""
+        self._sequence += 1
+        return self._sequence - 1
 
     def response(self) -> dict[str, Any]:
         """The ``response`` object as it stands."""

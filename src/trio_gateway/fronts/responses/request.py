@@ -115,6 +115,9 @@ VERBOSITIES: Final = ("low", "medium", "high")
 TRUNCATIONS: Final = ("auto", "disabled")
 # The API's floor for max_output_tokens (its chat's max_completion_tokens takes 1).
 MIN_OUTPUT_TOKENS: Final = 16
+# Where a body's messages and their parts are (core/body.py bounds them): the input items, and
+# the content of each; the same in a WebSocket's response.create, whose body is top level.
+RESPONSES_PARTS: Final = (("input",), ("input", "*", "content"))
 
 
 def _reasoning(path: str, value: object) -> None:
