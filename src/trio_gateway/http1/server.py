@@ -56,7 +56,7 @@ from trio_gateway.http1.request import (
     RequestParser,
     find_head_end,
 )
-from trio_gateway.http1.websocket import WebSocketConnection, is_websocket_upgrade
+from trio_gateway.http1.websocket import WebSocketConnection, serves_here
 
 log = logging.getLogger("trio_gateway")
 
@@ -126,13 +126,6 @@ class H1Server:
         self._date = b""
         self._date_at = -1
 
-    def keeps_websocket(self, head: RequestHead) -> bool:
-        """Whether this server serves the WebSocket ``head`` asks for itself."""
-        if not self.websocket_paths or not is_websocket_upgrade(head):
-            return False
-        path = unquote(head.target.partition(b"?")[0].decode("ascii", "replace"))
-        return path.rstrip("/") in self.websocket_paths
-
     def terminate(self) -> None:
         self.terminated = True
         for scope in self._idle:
@@ -189,7 +182,7 @@ class _Connection:
                     await self._refuse(exc)
                     return
                 if head.upgrade:
-                    if server.keeps_websocket(head):
+                    if serves_here(head, server.websocket_paths):
                         await self._websocket(head, buffer[head_end:])
                     else:
                         await server.hand_off(_Replay(self.stream, buffer))

@@ -68,6 +68,15 @@ def is_websocket_upgrade(head: RequestHead) -> bool:
     )
 
 
+def serves_here(head: RequestHead, paths: frozenset[str]) -> bool:
+    """Whether ``head`` is a WebSocket upgrade to one of ``paths``, which the gateway's server
+    serves itself (the rest go to hypercorn)."""
+    if not paths or not is_websocket_upgrade(head):
+        return False
+    path = unquote(head.target.partition(b"?")[0].decode("ascii", "replace"))
+    return path.rstrip("/") in paths
+
+
 class Handshake:
     """What an upgrade asks for, and whether it is one RFC 6455 allows (as hypercorn reads
     it)."""
