@@ -53,9 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-level", default="info", type=str.lower, choices=LOG_LEVELS, help="default: info"
     )
-    # A worker's inherited listening socket and supervisor pipe (workers.py), not for users.
+    # A worker's inherited listening socket, supervisor pipe and host broker socket
+    # (workers.py), not for users.
     serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--lifeline-fd", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--broker-fd", type=int, help=argparse.SUPPRESS)
     serve.add_argument(
         "--log-format",
         default="text",
@@ -121,7 +123,7 @@ def _load(path: str, listen: str | None = None) -> GatewayConfig | None:
 
 
 async def _serve_until_signalled(
-    config: GatewayConfig, load: LoadConfig, worker: tuple[int, int] | None = None
+    config: GatewayConfig, load: LoadConfig, worker: tuple[int, int, int] | None = None
 ) -> None:
     """SIGTERM or SIGINT: drain, a second one stops at once. SIGHUP: reload the config file
     (and the keys file); a bad file changes nothing (reloader.py). A ``worker`` (workers.py)
@@ -139,10 +141,11 @@ async def _serve_until_signalled(
             await first_signal.wait()
 
         async with trio.open_nursery() as nursery:
-            inherited = None
+            inherited = host_broker = None
             if worker is not None:
                 inherited = socket.socket(fileno=worker[0])
                 nursery.start_soon(_watch_lifeline, worker[1], first_signal)
+                host_broker = socket.socket(fileno=worker[2])
 
             async def serve(*, task_status: trio.TaskStatus[GatewayHandle]) -> None:
                 await serve_gateway(
@@ -151,6 +154,7 @@ async def _serve_until_signalled(
                     load=load,
                     inherited=inherited,
                     simulators=worker is None,
+                    host_broker=host_broker,
                     task_status=task_status,
                 )
                 nursery.cancel_scope.cancel()
@@ -287,7 +291,7 @@ def _serve(args: argparse.Namespace, config: GatewayConfig) -> list[OSError]:
     problems: list[OSError] = []
     try:
         if args.worker_fd is not None:
-            worker = (args.worker_fd, args.lifeline_fd)
+            worker = (args.worker_fd, args.lifeline_fd, args.broker_fd)
             trio.run(partial(_serve_until_signalled, config, load, worker))
         elif config.server.workers > 1:
             trio.run(serve_workers, config, _serve_argv(args))

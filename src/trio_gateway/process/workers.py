@@ -9,10 +9,11 @@ worker drain (a second one stops them at once), SIGHUP makes every worker reload
 that exits while the gateway is not stopping is started again, after a pause that grows
 while it keeps failing.
 
-Each worker keeps its own gates. With ``[redis]`` (``leases = true``) they share every
-provider's ``max_inflight`` through leases (gate.py); without, each takes
-``max_inflight // workers`` of it (live.Gates), so the host never exceeds it.
-Metrics are per worker: a scrape of ``/metrics`` reaches one of them.
+The workers share their limits through the supervisor's host broker (host_broker.py), each
+over a socketpair made before it starts (``--broker-fd``): every provider's ``max_inflight``,
+reservation and queue order without Redis leases, budgets and rate limits without Redis. With
+``[redis]`` (``leases = true``) every provider's slots are leases there (gate.py), shared with
+the other hosts too. Metrics are per worker: a scrape of ``/metrics`` reaches one of them.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from collections.abc import AsyncIterator, Sequence
 
 import trio
 
+from trio_gateway.accounting.admission import open_limits
 from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.ops.sd_notify import notify
+from trio_gateway.process.host_broker import HostBroker
 from trio_gateway.process.serve import (
     hypercorn_config,
     listen_origin,
@@ -46,11 +49,11 @@ STARTED_OK_AFTER_S = 10.0
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def worker_command(argv: Sequence[str], fd: int, lifeline: int) -> list[str]:
-    """A worker's command line: the supervisor's own ``serve`` arguments, plus the socket and
-    the lifeline pipe it inherits."""
+def worker_command(argv: Sequence[str], fd: int, lifeline: int, broker: int) -> list[str]:
+    """A worker's command line: the supervisor's own ``serve`` arguments, plus the listening
+    socket, the lifeline pipe and the host broker's socket it inherits."""
     inherited = ["--worker-fd", str(fd), "--lifeline-fd", str(lifeline)]
-    return [sys.executable, "-m", "trio_gateway", *argv, *inherited]
+    return [sys.executable, "-m", "trio_gateway", *argv, *inherited, "--broker-fd", str(broker)]
 
 
 def second_signal_hint(signum: int) -> str:
@@ -74,6 +77,9 @@ class Supervisor:
         self._processes: dict[int, trio.Process] = {}
         self._lifeline = -1
         self.stopping = False
+        # Budgets and rate limits in this process for every worker, unless Redis has them.
+        store = open_limits(config, None).store if config.redis is None else None
+        self.broker = HostBroker(store)
 
     async def run(self) -> None:
         config = self.config
@@ -111,24 +117,37 @@ class Supervisor:
         while not self.stopping:
             started = trio.current_time()
             fd = listener.fileno()
-            process = await trio.lowlevel.open_process(
-                worker_command(self._argv, fd, self._lifeline),
-                pass_fds=(fd, self._lifeline),
-                # systemd hears from the supervisor only (NotifyAccess=main).
-                env={k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"},
-                # Its own process group: a Ctrl-C reaches the supervisor alone, which passes
-                # it on once (twice would stop the workers without a drain).
-                start_new_session=True,
-            )
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                process = await trio.lowlevel.open_process(
+                    worker_command(self._argv, fd, self._lifeline, theirs.fileno()),
+                    pass_fds=(fd, self._lifeline, theirs.fileno()),
+                    # systemd hears from the supervisor only (NotifyAccess=main).
+                    env={k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"},
+                    # Its own process group: a Ctrl-C reaches the supervisor alone, which
+                    # passes it on once (twice would stop the workers without a drain).
+                    start_new_session=True,
+                )
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                # The worker's end is the worker's alone: when it exits, the end closes.
+                theirs.close()
             self._processes[index] = process
             log.info("supervisor: worker %d started (pid %d)", index, process.pid)
-            try:
-                code = await process.wait()
-            finally:
-                # Cancelled (the supervisor itself is stopping at once): take the worker along.
-                if process.returncode is None:
-                    process.kill()
-                del self._processes[index]
+            async with trio.open_nursery() as served:
+                await served.start(self.broker.serve_worker, ours)
+                try:
+                    code = await process.wait()
+                finally:
+                    # Cancelled (the supervisor itself is stopping at once): take the worker
+                    # along.
+                    if process.returncode is None:
+                        process.kill()
+                    del self._processes[index]
+                    # Reaped: what it held goes back now, whatever is left to read of it.
+                    served.cancel_scope.cancel()
             if self.stopping:
                 log.info("supervisor: worker %d (pid %d) exited: %d", index, process.pid, code)
                 return

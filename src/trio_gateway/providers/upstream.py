@@ -21,7 +21,8 @@ import attrs
 import httpx
 import trio
 
-from trio_gateway.capacity.gate import GateStats, LocalGate, SharedGate, reservation_of
+from trio_gateway.capacity.gate import GateStats, LocalGate, reservation_of
+from trio_gateway.capacity.gate_kinds import Gate
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.core.events import Event
@@ -74,14 +75,14 @@ class Upstream:
         credential: TokenSource | None,
         client: httpx.AsyncClient,
         connect: Callable[[Origin], Awaitable[trio.abc.Stream]] | None = None,
-        gate: LocalGate | SharedGate | None = None,
+        gate: Gate | None = None,
         tls: ssl.SSLContext | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
-        # max_inflight: this process's own, or leases shared through Redis (gate.py).
-        self.gate = (
+        # max_inflight: this process's own, the host's (host_gate.py), or leases in Redis.
+        self.gate: Gate = (
             gate if gate is not None else LocalGate(config.max_inflight, reservation_of(config))
         )
         # What the server says of its own load, scraped (scrape.py); read by routing and metrics.
