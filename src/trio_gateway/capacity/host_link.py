@@ -73,6 +73,8 @@ class HostLink:
         if len(self._calls) >= MAX_PENDING_CALLS:
             raise HostLinkClosed(f"{MAX_PENDING_CALLS} calls already wait for the host broker")
         self._send(encode_frame(call, method, body))
+        if self.closed:  # the send found the socket broken
+            raise HostLinkClosed("the host broker is gone")
         self._calls[call] = trio.lowlevel.current_task()
         self.round_trips += 1
 
@@ -128,12 +130,12 @@ class HostLink:
     async def _read(self) -> None:
         reader = FrameReader()
         while True:
-            await trio.lowlevel.wait_readable(self._sock)
             try:
+                await trio.lowlevel.wait_readable(self._sock)
                 data = self._sock.recv(RECEIVE_BYTES)
             except BlockingIOError:
                 continue
-            except OSError:
+            except (OSError, trio.ClosedResourceError):
                 return
             if not data:
                 return
@@ -166,4 +168,5 @@ class HostLink:
                 await trio.sleep_forever()
 
     def close(self) -> None:
+        trio.lowlevel.notify_closing(self._sock)
         self._sock.close()

@@ -113,8 +113,10 @@ class HostSlots:
     def drop(self, worker: int) -> list[Answer]:
         """``worker`` is gone (its connection ended): every slot and wait of its, given back."""
         answers: list[Answer] = []
-        for call, entry in self._requests.pop(worker, {}).items():
-            answers += self._let_go(worker, call, *entry)
+        requests = self._requests.pop(worker, {})
+        # Its waits first: a slot it frees must not go to a wait of its own.
+        for call, (gate, waiter) in sorted(requests.items(), key=lambda r: r[1][1] is None):
+            answers += self._let_go(worker, call, gate, waiter)
         return answers
 
     def _let_go(self, worker: int, call: int, gate: str, waiter: Waiter | None) -> list[Answer]:
