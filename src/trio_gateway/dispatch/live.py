@@ -47,6 +47,14 @@ class Gates:
 
     broker: LeaseBroker | None = None
     host: HostGates | None = None
+    workers: int = 1
+
+    def dials(self, config: ProviderConfig) -> int:
+        """This process's share of an endpoint's ``max_dials_in_flight``: split evenly among
+        the host's workers (at least one each), so that together they stay within it. Split,
+        not shared through the supervisor: a dial is short, and a storm's thousands of them
+        would each cost a round trip to it."""
+        return max(1, config.max_dials_in_flight // self.workers)
 
     def make(self, key: str, config: ProviderConfig) -> Gate:
         """The gate of ``key`` ("vllm", "vllm@10.0.0.1:8000"), of one endpoint's ``config``."""
@@ -90,9 +98,11 @@ class Running:
                 own = replica_config(config, replica.upstream.config.endpoint)
                 replica.upstream.config = own
                 gates.resize(replica.upstream.gate, own)
+                replica.upstream.resize_dials(gates.dials(own))
         else:
             provider.config = config
             gates.resize(provider.gate, config)
+            provider.resize_dials(gates.dials(config))
 
     def idle(self) -> bool:
         """No attempt runs on it, and none waits at a gate of its own. A leased or host gate
@@ -134,6 +144,7 @@ async def open_provider(
                     client,
                     gate=gates.make(f"{config.name}@{label}", own),
                     tls=tls,
+                    max_dials_in_flight=gates.dials(own),
                 )
                 replicas.append(Replica(label, upstream, ProviderHealth(own, now=now)))
             return Running(ReplicaSet(config, replicas), None, stack)
@@ -144,6 +155,7 @@ async def open_provider(
             client,
             gate=gates.make(config.name, config),
             tls=tls,
+            max_dials_in_flight=gates.dials(config),
         )
         return Running(upstream, ProviderHealth(config, now=now), stack)
     except BaseException:

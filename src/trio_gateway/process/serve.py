@@ -154,6 +154,7 @@ async def serve_gateway(
     inherited: socket.socket | None = None,
     simulators: bool = True,
     host_broker: socket.socket | None = None,
+    workers: int = 1,
     task_status: trio.TaskStatus[GatewayHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; or, once ``shutdown_trigger`` returns, stop accepting, let
@@ -166,7 +167,8 @@ async def serve_gateway(
     the listening socket its supervisor ``inherited`` it, leaves the embedded ``simulators``
     to the supervisor, and shares its limits with the other workers through the supervisor's
     ``host_broker`` (host_broker.py): the slots without Redis leases, budgets and rate limits
-    without Redis."""
+    without Redis. A worker is one of ``workers``: it takes its share of what is split
+    (``max_dials_in_flight``)."""
     warn_unused_keys(config)
     async with open_usage_sink(config) as usage:
         await _serve_gateway(
@@ -179,6 +181,7 @@ async def serve_gateway(
             inherited=inherited,
             simulators=simulators,
             host_broker=host_broker,
+            workers=workers,
             task_status=task_status,
         )
 
@@ -222,6 +225,7 @@ async def _serve_gateway(
     inherited: socket.socket | None,
     simulators: bool,
     host_broker: socket.socket | None,
+    workers: int,
     task_status: trio.TaskStatus[GatewayHandle],
 ) -> None:
     # The pools must outlive every task that uses them: the exit stack and Redis's client (its
@@ -250,7 +254,7 @@ async def _serve_gateway(
         host_gates = HostGates(link) if link is not None and broker is None else None
         if host_gates is not None:
             log.info("limits: max_inflight shared by the host's workers (the supervisor's broker)")
-        gates = Gates(broker, host_gates)
+        gates = Gates(broker, host_gates, workers)
         running: dict[str, Running] = {}
         # Whatever runs at the end (a reload swaps providers) closes its connections.
         stack.push_async_callback(_close_all, running)

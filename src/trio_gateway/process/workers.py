@@ -49,11 +49,14 @@ STARTED_OK_AFTER_S = 10.0
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def worker_command(argv: Sequence[str], fd: int, lifeline: int, broker: int) -> list[str]:
+def worker_command(
+    argv: Sequence[str], fd: int, lifeline: int, broker: int, workers: int
+) -> list[str]:
     """A worker's command line: the supervisor's own ``serve`` arguments, plus the listening
-    socket, the lifeline pipe and the host broker's socket it inherits."""
-    inherited = ["--worker-fd", str(fd), "--lifeline-fd", str(lifeline)]
-    return [sys.executable, "-m", "trio_gateway", *argv, *inherited, "--broker-fd", str(broker)]
+    socket, the lifeline pipe and the host broker's socket it inherits, and how many workers
+    there are (each takes its share of what is split: live.Gates.dials)."""
+    inherited = ["--worker-fd", str(fd), "--lifeline-fd", str(lifeline), "--broker-fd", str(broker)]
+    return [sys.executable, "-m", "trio_gateway", *argv, *inherited, "--worker-count", str(workers)]
 
 
 def second_signal_hint(signum: int) -> str:
@@ -71,8 +74,9 @@ def restart_pause(previous_s: float, ran_s: float) -> float:
 
 
 class Supervisor:
-    def __init__(self, config: GatewayConfig, serve_argv: Sequence[str]) -> None:
+    def __init__(self, config: GatewayConfig, serve_argv: Sequence[str], workers: int) -> None:
         self.config = config
+        self.workers = workers
         self._argv = list(serve_argv)
         self._processes: dict[int, trio.Process] = {}
         self._lifeline = -1
@@ -98,8 +102,9 @@ class Supervisor:
             # Workers see EOF on this pipe when the supervisor is gone, even by kill -9, and
             # drain instead of serving on as orphans.
             self._lifeline, lifeline_write = os.pipe()
-            workers = config.server.workers
-            log.info("supervisor: %d workers on %s", workers, _address(listener))
+            workers = self.workers
+            auto = " (one per usable core)" if config.server.workers == "auto" else ""
+            log.info("supervisor: %d workers%s on %s", workers, auto, _address(listener))
             with trio.open_signal_receiver(*FORWARDED) as signals:
                 async with trio.open_nursery() as workers_nursery:
                     for index in range(workers):
@@ -120,7 +125,7 @@ class Supervisor:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 process = await trio.lowlevel.open_process(
-                    worker_command(self._argv, fd, self._lifeline, theirs.fileno()),
+                    worker_command(self._argv, fd, self._lifeline, theirs.fileno(), self.workers),
                     pass_fds=(fd, self._lifeline, theirs.fileno()),
                     # systemd hears from the supervisor only (NotifyAccess=main).
                     env={k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"},
@@ -183,6 +188,7 @@ def _address(sock: socket.socket) -> str:
     return f"http://{host}:{port}"
 
 
-async def serve_workers(config: GatewayConfig, serve_argv: Sequence[str]) -> None:
-    """Run the supervisor until every worker has exited after a stop signal."""
-    await Supervisor(config, serve_argv).run()
+async def serve_workers(config: GatewayConfig, serve_argv: Sequence[str], workers: int) -> None:
+    """Run the supervisor of ``workers`` workers until every one has exited after a stop
+    signal."""
+    await Supervisor(config, serve_argv, workers).run()

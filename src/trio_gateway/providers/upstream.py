@@ -78,6 +78,7 @@ class Upstream:
         gate: Gate | None = None,
         tls: ssl.SSLContext | None = None,
         environ: Mapping[str, str] | None = None,
+        max_dials_in_flight: int | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
@@ -112,6 +113,9 @@ class Upstream:
             # The same trust as the side requests' (make_client): one per provider.
             tls=tls if tls is not None else self.trust(config, environ),
             environ=environ,
+            # This process's share of them (live.Gates.dials).
+            max_dials_in_flight=max_dials_in_flight or config.max_dials_in_flight,
+            dial_wait_s=config.queue_timeout_s,
         )
         self._probe_request = probe_request(config)
 
@@ -151,6 +155,15 @@ class Upstream:
 
     def statistics(self) -> GateStats:
         return self.gate.statistics()
+
+    def resize_dials(self, max_dials_in_flight: int) -> None:
+        """This process's share of the provider's new connections, and their wait, after a
+        reload (``config`` is the new one already)."""
+        self._h1.resize_dials(max_dials_in_flight, self.config.queue_timeout_s)
+
+    def dial_statistics(self) -> tuple[int, int, int]:
+        """New connections in flight, requests waiting to dial, and this process's bound."""
+        return self._h1.dial_statistics()
 
     def close_idle(self) -> None:
         """Close the idle upstream connections (a provider retired by a reload)."""
