@@ -51,10 +51,14 @@ class HostGate:
                 provider=self.key.partition("@")[0],
             )
 
-    async def release(self, borrower: object) -> None:
+    def release_nowait(self, borrower: object) -> None:
+        """Give the slot back: one write, no schedule point (the router's usual release)."""
         call = self._held.pop(borrower, None)
         if call is not None:
             self._link.post(GATE_RELEASE, encode(call))
+
+    async def release(self, borrower: object) -> None:
+        self.release_nowait(borrower)
         # A schedule point that cannot raise Cancelled: release runs in `finally` blocks.
         await trio.lowlevel.cancel_shielded_checkpoint()
 

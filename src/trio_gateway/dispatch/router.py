@@ -26,6 +26,7 @@ import trio
 from trio_gateway.accounting.admission import Admission, Limits, Reserve, local_limits
 from trio_gateway.capacity.gate import LocalGate
 from trio_gateway.capacity.gate_kinds import Gate
+from trio_gateway.capacity.host_gate import HostGate
 from trio_gateway.capacity.health import ProviderHealth, log_transition
 from trio_gateway.config.schema import AliasConfig, FilterConfig
 from trio_gateway.core.errors import (
@@ -482,8 +483,9 @@ async def _try_take(gate: Gate, borrower: object, priority: int) -> bool:
 
 
 async def _give_back(gate: Gate, borrower: object) -> None:
-    """Release ``borrower``'s slot; a local gate's without a schedule point (see _try_take)."""
-    if isinstance(gate, LocalGate):
+    """Release ``borrower``'s slot; a local or host gate's without a schedule point (see
+    _try_take: the host gate's release is one write to the supervisor)."""
+    if isinstance(gate, LocalGate | HostGate):
         gate.release_nowait(borrower)
     else:
         await gate.release(borrower)
