@@ -280,3 +280,30 @@ def test_systemd_hears_ready_reloading_and_stopping_from_the_main_process(
 def _fresh(path: Path) -> Path:
     path.mkdir()
     return path
+
+
+def test_auto_starts_one_worker_per_core_the_process_may_use(tmp_path: Path) -> None:
+    """``workers = "auto"`` pinned to one core is one process (no supervisor); pinned to two,
+    a supervisor and two workers (process/cores.py reads the affinity and cgroup quota)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    for pinned in ([cpus[0]], cpus[:2]) if len(cpus) >= 2 else ([cpus[0]],):
+        port, sim_port = free_port(), free_port()
+        path = tmp_path / f"auto-{len(pinned)}.toml"
+        text = config_text(port, sim_port, workers=1, max_inflight=8)
+        path.write_text(text.replace("workers = 1", 'workers = "auto"'))
+        proc = subprocess.Popen(
+            [*CLI, "serve", "--config", str(path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=lambda pinned=pinned: os.sched_setaffinity(0, pinned),
+        )
+        try:
+            wait_ready(port, proc)
+            pids = worker_pids(port, at_least=len(pinned))
+            expected = {proc.pid} if len(pinned) == 1 else None
+            assert len(pids) == len(pinned), pids
+            assert expected is None or pids == expected
+            assert len(pinned) == 1 or proc.pid not in pids
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(STOP_TIMEOUT_S) == 0
