@@ -292,10 +292,9 @@ def test_auto_starts_one_worker_per_core_the_process_may_use(tmp_path: Path) -> 
         text = config_text(port, sim_port, workers=1, max_inflight=8)
         path.write_text(text.replace("workers = 1", 'workers = "auto"'))
         proc = subprocess.Popen(
-            [*CLI, "serve", "--config", str(path)],
+            ["taskset", "-c", ",".join(map(str, pinned)), *CLI, "serve", "--config", str(path)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=lambda pinned=pinned: os.sched_setaffinity(0, pinned),
         )
         try:
             wait_ready(port, proc)

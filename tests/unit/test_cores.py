@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from trio_gateway.config.load import ConfigError, parse_config
+from trio_gateway.config.load import parse_config
+from trio_gateway.config.schema import ConfigError
 from trio_gateway.process.cores import cores_available, cpu_quota, resolve_workers, usable_cores
 
 V2_SERVICE = "0::/system.slice/trio-gateway.service\n"
