@@ -80,6 +80,20 @@ class Common:
     gateway_log_level: str
     # Modes of the default set this machine cannot run, and why (nginx not installed).
     skipped: Mapping[str, str] = attrs.field(factory=dict)
+    # Cores (taskset) for the gateways (every gateway mode, workers included), and for
+    # everything else: the load generator (this process), the upstream, the proxies. None:
+    # wherever the kernel puts them.
+    gateway_cpus: tuple[int, ...] | None = None
+    others_cpus: tuple[int, ...] | None = None
+
+
+def _cpus(text: str) -> tuple[int, ...]:
+    """``0,2-3`` -> (0, 2, 3), as taskset -c reads it."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        cpus.extend(range(int(first), int(last or first) + 1))
+    return tuple(cpus)
 
 
 def add_common(parser: argparse.ArgumentParser, modes: Sequence[str] = MODES) -> None:
@@ -101,6 +115,18 @@ def add_common(parser: argparse.ArgumentParser, modes: Sequence[str] = MODES) ->
         "--gateway-log-level",
         default="info",
         help="trio-gateway serve --log-level (info, the default, logs one access line a request)",
+    )
+    parser.add_argument(
+        "--gateway-cpus",
+        type=_cpus,
+        default=None,
+        help="pin every gateway (and its workers) to these cores, e.g. 0,1 (taskset -c)",
+    )
+    parser.add_argument(
+        "--others-cpus",
+        type=_cpus,
+        default=None,
+        help="pin the load generator, the upstream and the proxies to these cores, e.g. 2-5",
     )
 
 
@@ -129,6 +155,8 @@ def common_from(
         results_dir=args.results_dir,
         plots_dir=args.plots_dir,
         gateway_log_level=args.gateway_log_level,
+        gateway_cpus=args.gateway_cpus,
+        others_cpus=args.others_cpus,
     )
 
 
@@ -214,10 +242,18 @@ class Stack:
         return None if child is None else child.process.pid
 
 
-def _spawn(name: str, argv: list[str], log_path: Path, cwd: Path = ROOT) -> Child:
+def _spawn(
+    name: str,
+    argv: list[str],
+    log_path: Path,
+    cwd: Path = ROOT,
+    cpus: tuple[int, ...] | None = None,
+) -> Child:
     # The repository root by default, so ``python -m bench.…`` resolves wherever the caller
     # runs from (a test, make, another directory).
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if cpus is not None:
+        argv = ["taskset", "-c", ",".join(map(str, cpus)), *argv]  # execs: the pid is argv's
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd
@@ -237,6 +273,9 @@ def stack(
     the gateways the modes need (``variants``: more modes, each another gateway), all at once
     (the gateway's imports take seconds on a busy machine); stop them all on the way out."""
     raise_nofile_limit()  # inherited by every child
+    if common.others_cpus is not None:
+        # This process (the load) and, inherited, the upstream and the proxies.
+        os.sched_setaffinity(0, common.others_cpus)
     sim_port = free_port()
     sim_url = f"http://127.0.0.1:{sim_port}"
     abort_log = logs / "sim-aborts.txt"
@@ -280,7 +319,7 @@ def stack(
                 argv = [PYTHON, "-m", "trio_gateway", "serve", "--config", str(toml)]
                 argv += ["--log-level", common.gateway_log_level]
                 log_name = "gateway.log" if mode == "gateway" else f"gateway-{i}.log"
-                child = _spawn(mode, argv, logs / log_name, cwd=folder)
+                child = _spawn(mode, argv, logs / log_name, cwd=folder, cpus=common.gateway_cpus)
                 children.append((child, f"http://127.0.0.1:{port}/healthz"))
                 targets[mode], started[mode] = (port, ALIAS), child
             for child, url in children:
@@ -580,6 +619,7 @@ def run_scenario(
             "gateway": attrs.asdict(gateway),
             "variants": {mode: attrs.asdict(s) for mode, s in (variants or {}).items()},
             "skipped_modes": dict(common.skipped),
+            "cpus": {"gateways": common.gateway_cpus, "others": common.others_cpus},
             **(extra or {}),
             "loadavg_before": load_before,
             "wall_s": wall_s,

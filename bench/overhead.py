@@ -228,14 +228,10 @@ def parse(argv: Sequence[str]) -> tuple[Common, Config]:
 
 
 def two_workers(settings: GatewaySettings) -> GatewaySettings:
-    """The gateway with ``[server] workers = 2``. Without Redis each worker takes
-    ``max_inflight // 2`` of the provider's slots: twice as many in all leaves each worker the
-    single gateway's, so that the row compares processes, not slots."""
-    return attrs.evolve(
-        settings,
-        max_inflight=2 * settings.max_inflight,
-        server_extra=f"{settings.server_extra}\nworkers = 2",
-    )
+    """The gateway with ``[server] workers = 2``: the same ``max_inflight``, which the workers
+    share through their supervisor (as one process would keep it), so that the row compares
+    processes, not slots."""
+    return attrs.evolve(settings, server_extra=f"{settings.server_extra}\nworkers = 2")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
