@@ -196,6 +196,23 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if "gateway" in by and by["gateway"]["cpu_ms_per_request"] is not None:
         cpu = by["gateway"]["cpu_ms_per_request"]
         out.append({"target": "gateway CPU ≤ 1 ms/request", "value": cpu, "met": cpu <= 1.0})
+    if "gateway" in by and GATEWAY_W2 in by:
+        # Issue 43: two workers against one, on cores of their own (--gateway-cpus, with the
+        # load and the upstream on --others-cpus); every process of each counted.
+        one, two = by["gateway"], by[GATEWAY_W2]
+        ratio = two["requests_per_s"] / max(one["requests_per_s"], 1e-9)
+        out.append(
+            {"target": "2 workers: req/s ≥ 1.6 x one's", "value": ratio, "met": ratio >= 1.6}
+        )
+        if one["cpu_ms_per_request"] and two["cpu_ms_per_request"] is not None:
+            more = two["cpu_ms_per_request"] / one["cpu_ms_per_request"] - 1
+            out.append(
+                {
+                    "target": "2 workers: CPU per request within 10 %",
+                    "value": more,
+                    "met": more <= 0.1,
+                }
+            )
     return out
 
 
