@@ -169,3 +169,23 @@ async def test_a_worker_sending_what_is_no_frame_is_cut_off_and_its_slots_freed(
         assert await gate_of(links[1]).try_acquire("b1")
         assert await gate_of(links[1]).try_acquire("b2")
         nursery.cancel_scope.cancel()
+
+
+async def test_a_reload_that_grows_the_gate_lets_a_waiter_in_at_once() -> None:
+    async with trio.open_nursery() as nursery, broker_and_links(nursery, 2) as (broker, links, _):
+        gates = HostGates(links[0])
+        a, b = gates.gate("vllm", 1, NO_RESERVATION), gate_of(links[1], 1)
+        assert await a.try_acquire("a")
+        got = trio.Event()
+
+        async def wait() -> None:
+            await b.acquire("b")
+            got.set()
+
+        nursery.start_soon(wait)
+        await until(lambda: broker.slots.statistics("vllm").tasks_waiting == 1)  # type: ignore[union-attr]
+        # Worker a reloads to 2 slots; nobody asks anything after it.
+        assert gates.gate("vllm", 2, NO_RESERVATION) is a
+        with trio.fail_after(STEP_S):
+            await got.wait()
+        nursery.cancel_scope.cancel()

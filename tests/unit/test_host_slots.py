@@ -9,7 +9,13 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 
-from trio_gateway.capacity.host_slots import AcquireBody, AcquireReply, Answer, HostSlots
+from trio_gateway.capacity.host_slots import (
+    AcquireBody,
+    AcquireReply,
+    Answer,
+    HostSlots,
+    ResizeBody,
+)
 from trio_gateway.core.host_wire import (
     GATE_ACQUIRE,
     MAX_FRAME_BYTES,
@@ -131,3 +137,12 @@ def test_a_frame_too_long_or_not_msgpack_is_refused() -> None:
         FrameReader().feed((MAX_FRAME_BYTES + 1).to_bytes(4, "big"))
     with pytest.raises(FrameError, match="not a frame"):
         FrameReader().feed(b"\x00\x00\x00\x02\xc1\xc1")
+
+
+def test_a_resize_applies_at_once_and_a_gate_nobody_uses_has_nothing_to_resize() -> None:
+    slots = HostSlots()
+    assert slots.resize(ResizeBody("vllm", 5, 0, 0)) == []
+    slots.acquire(1, 1, ask(total=1), 0.0)
+    slots.acquire(2, 1, ask(total=1), 1.0)
+    assert slots.resize(ResizeBody("vllm", 1, 0, 0)) == []  # the same size
+    assert slots.resize(ResizeBody("vllm", 2, 0, 0)) == [granted(2, 1, 2)]

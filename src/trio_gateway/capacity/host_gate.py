@@ -16,10 +16,10 @@ import trio
 
 from trio_gateway.capacity.gate import GateStats
 from trio_gateway.capacity.host_link import HostLink, HostLinkClosed
-from trio_gateway.capacity.host_slots import ACQUIRE_REPLY, AcquireBody, encode
+from trio_gateway.capacity.host_slots import ACQUIRE_REPLY, AcquireBody, ResizeBody, encode
 from trio_gateway.capacity.slot_queue import NO_RESERVATION, Reservation
 from trio_gateway.core.errors import Overloaded
-from trio_gateway.core.host_wire import GATE_ACQUIRE, GATE_RELEASE
+from trio_gateway.core.host_wire import GATE_ACQUIRE, GATE_RELEASE, GATE_RESIZE
 
 
 class HostGate:
@@ -63,9 +63,14 @@ class HostGate:
         await trio.lowlevel.cancel_shielded_checkpoint()
 
     def resize(self, max_inflight: int, reservation: Reservation = NO_RESERVATION) -> None:
-        """New sizes, sent with every ask from now on (the broker resizes on the first)."""
+        """New sizes (a reload): told to the broker now, so that waiters a larger gate lets in
+        go at once, and sent with every ask from now on."""
+        if (max_inflight, reservation) == (self.max_inflight, self.reservation):
+            return
         self.max_inflight = max_inflight
         self.reservation = reservation
+        size = ResizeBody(self.key, max_inflight, reservation.slots, reservation.max_priority)
+        self._link.post(GATE_RESIZE, encode(size))
 
     def statistics(self) -> GateStats:
         """This worker's part: its requests holding a slot, and waiting for one."""

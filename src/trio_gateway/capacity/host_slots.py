@@ -3,7 +3,8 @@ a host (``[server] workers``), and which worker's request holds or waits for whi
 
 A worker asks for a slot with ``GATE_ACQUIRE`` (core/host_wire.py) and names, in every ask,
 the gate's ``max_inflight`` and reservation as its config has them (workers reloading to other
-sizes disagree only until the last has reloaded: the latest ask resizes) and where it waits:
+sizes disagree only until the last has reloaded: the latest ask, or ``GATE_RESIZE`` a worker
+sends when a reload changed them, resizes) and where it waits:
 its rank as seconds from now (``rank_in_s``: the router's ``priority x priority_aging_s``,
 less what the request already waited), which the broker turns into a rank on its own clock.
 So the waiters of every worker are one queue, in one order, as in one process.
@@ -42,6 +43,13 @@ class AcquireBody(msgspec.Struct, array_like=True, frozen=True):
     wait: bool
 
 
+class ResizeBody(msgspec.Struct, array_like=True, frozen=True):
+    gate: str
+    max_inflight: int
+    reserved_slots: int
+    reserved_max_priority: int
+
+
 class AcquireReply(msgspec.Struct, array_like=True, frozen=True):
     granted: bool
     in_flight: int  # the gate's slots held on the host, after this answer
@@ -51,6 +59,7 @@ class AcquireReply(msgspec.Struct, array_like=True, frozen=True):
 ACQUIRE_BODY = msgspec.msgpack.Decoder(AcquireBody)
 ACQUIRE_REPLY = msgspec.msgpack.Decoder(AcquireReply)
 RELEASE_BODY = msgspec.msgpack.Decoder(int)
+RESIZE_BODY = msgspec.msgpack.Decoder(ResizeBody)
 encode = msgspec.msgpack.Encoder().encode
 
 
@@ -101,6 +110,19 @@ class HostSlots:
         else:
             answers.append(Answer(worker, call, self._reply(queue, False)))
         return answers
+
+    def resize(self, size: ResizeBody) -> list[Answer]:
+        """A worker reloaded a gate's sizes: applied at once (not only at its next ask), so
+        waiters a larger gate lets in are answered now. A gate nobody holds or waits for has
+        no state to resize: the next ask brings its sizes."""
+        queue = self._gates.get(size.gate)
+        reservation = Reservation(size.reserved_slots, size.reserved_max_priority)
+        if queue is None or (queue.total_tokens, queue.reservation) == (
+            size.max_inflight,
+            reservation,
+        ):
+            return []
+        return self._granted(size.gate, queue.resize(size.max_inflight, reservation))
 
     def release(self, worker: int, call: int) -> list[Answer]:
         """``worker``'s request ``call`` gives back its slot, or stops waiting; the answers to

@@ -23,7 +23,8 @@ GATE_ACQUIRE = 1  # answered: granted now, refused, or (waiting) granted later
 GATE_RELEASE = 2  # not answered: the slot, or the wait, of an earlier GATE_ACQUIRE
 LIMITS_ADMIT = 3  # answered: the store's admission
 LIMITS_SETTLE = 4  # not answered
-METHODS = frozenset({GATE_ACQUIRE, GATE_RELEASE, LIMITS_ADMIT, LIMITS_SETTLE})
+GATE_RESIZE = 5  # not answered: a reload's new sizes (waiters a larger gate lets in are)
+METHODS = frozenset({GATE_ACQUIRE, GATE_RELEASE, LIMITS_ADMIT, LIMITS_SETTLE, GATE_RESIZE})
 
 # A budget admission's arguments are the largest body (an API key's name, a hold id): a few
 # hundred bytes. Anything near this bound is not a message of ours.

@@ -26,8 +26,8 @@ import trio
 from trio_gateway.accounting.admission import Admission, Limits, Reserve, local_limits
 from trio_gateway.capacity.gate import LocalGate
 from trio_gateway.capacity.gate_kinds import Gate
-from trio_gateway.capacity.host_gate import HostGate
 from trio_gateway.capacity.health import ProviderHealth, log_transition
+from trio_gateway.capacity.host_gate import HostGate
 from trio_gateway.config.schema import AliasConfig, FilterConfig
 from trio_gateway.core.errors import (
     AllProvidersFailed,

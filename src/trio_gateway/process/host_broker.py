@@ -35,6 +35,7 @@ from trio_gateway.accounting.limit_store import LimitStore
 from trio_gateway.capacity.host_slots import (
     ACQUIRE_BODY,
     RELEASE_BODY,
+    RESIZE_BODY,
     Answer,
     HostSlots,
     encode,
@@ -42,6 +43,7 @@ from trio_gateway.capacity.host_slots import (
 from trio_gateway.core.host_wire import (
     GATE_ACQUIRE,
     GATE_RELEASE,
+    GATE_RESIZE,
     LIMITS_ADMIT,
     LIMITS_SETTLE,
     REPLY,
@@ -132,6 +134,8 @@ class HostBroker:
             self._answer(self.slots.acquire(worker.number, call, ask, rank))
         elif method == GATE_RELEASE:
             self._answer(self.slots.release(worker.number, RELEASE_BODY.decode(body)))
+        elif method == GATE_RESIZE:
+            self._answer(self.slots.resize(RESIZE_BODY.decode(body)))
         elif method == LIMITS_ADMIT and self.store is not None:
             self._send(worker, call, await answer_admit(self.store, worker.holds, body))
         elif method == LIMITS_SETTLE and self.store is not None:
