@@ -38,6 +38,10 @@ class HostGate:
         self._held: dict[object, int] = {}  # borrower -> the call that got its slot
         self._waiting = 0
 
+    def try_acquire_nowait(self, borrower: object, priority: int = 0) -> bool:
+        """Without a round trip nothing can be granted: use ``try_acquire``."""
+        return False
+
     async def try_acquire(self, borrower: object, priority: int = 0) -> bool:
         """A free slot, if the host has one for ``priority`` and nobody who may take it waits."""
         return await self._ask(borrower, 0.0, priority, wait=False)

@@ -106,14 +106,15 @@ class HostLink:
         self._unsent += rest
         self._unsent_event.set()
 
-    def _close(self, why: str) -> None:
+    def _close(self, why: str | None) -> None:
         if self.closed:
             return
         self.closed = True
-        log.error("workers: %s; the limits shared with the other workers are unavailable", why)
+        if why is not None:
+            log.error("workers: %s; the limits shared with the other workers are unavailable", why)
         calls, self._calls = self._calls, {}
         for task in calls.values():
-            trio.lowlevel.reschedule(task, outcome.Error(HostLinkClosed(why)))
+            trio.lowlevel.reschedule(task, outcome.Error(HostLinkClosed(why or "closed")))
         self._unsent_event.set()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -123,8 +124,10 @@ class HostLink:
             task_status.started()
             try:
                 await self._read()
-            finally:
                 self._close("the connection to the host broker ended")
+            finally:
+                # Cancelled: the worker itself is stopping (nothing to say about it).
+                self._close(None)
                 nursery.cancel_scope.cancel()
 
     async def _read(self) -> None:

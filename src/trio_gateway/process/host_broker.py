@@ -99,6 +99,8 @@ class HostBroker:
                 await self._read(worker)
                 nursery.cancel_scope.cancel()
         finally:
+            if worker.broken is not None:
+                log.error("host broker: worker %d %s; cut off", worker.number, worker.broken)
             del self._workers[worker.number]
             sock.close()
             self._answer(self.slots.drop(worker.number))
@@ -108,7 +110,7 @@ class HostBroker:
 
     async def _read(self, worker: _Worker) -> None:
         reader = FrameReader()
-        while worker.broken is None:
+        while True:
             await trio.lowlevel.wait_readable(worker.sock)
             try:
                 data = worker.sock.recv(RECEIVE_BYTES)
@@ -125,7 +127,6 @@ class HostBroker:
             except (FrameError, ValueError) as exc:
                 log.error("host broker: worker %d sent %s; cutting it off", worker.number, exc)
                 return
-        log.error("host broker: worker %d %s; cutting it off", worker.number, worker.broken)
 
     async def _handle(self, worker: _Worker, call: int, method: int, body: bytes) -> None:
         if method == GATE_ACQUIRE:
@@ -136,10 +137,18 @@ class HostBroker:
             self._answer(self.slots.release(worker.number, RELEASE_BODY.decode(body)))
         elif method == GATE_RESIZE:
             self._answer(self.slots.resize(RESIZE_BODY.decode(body)))
-        elif method == LIMITS_ADMIT and self.store is not None:
-            self._send(worker, call, await answer_admit(self.store, worker.holds, body))
-        elif method == LIMITS_SETTLE and self.store is not None:
-            await apply_settle(self.store, worker.holds, body)
+        elif method in (LIMITS_ADMIT, LIMITS_SETTLE) and self.store is not None:
+            try:
+                if method == LIMITS_ADMIT:
+                    self._send(worker, call, await answer_admit(self.store, worker.holds, body))
+                else:
+                    await apply_settle(self.store, worker.holds, body)
+            except (FrameError, ValueError):
+                raise  # not a frame of ours: the worker is cut off
+            except Exception:
+                # The store's own failure is no reason to stop serving the host: the worker's
+                # admission gets no answer, and its deadline answers 503 limits_unavailable.
+                log.exception("host broker: the limit store failed")
         else:
             raise FrameError(f"a frame of method {method}, which this broker does not serve")
 
