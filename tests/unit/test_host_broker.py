@@ -15,7 +15,8 @@ import trio.testing
 from trio_gateway.accounting.admission import Limits
 from trio_gateway.accounting.host_store import HostStore
 from trio_gateway.accounting.limit_store import AdmitArgs, MemoryStore
-from trio_gateway.capacity.host_gate import HostGate, HostGates
+from trio_gateway.capacity.gate import GateStats
+from trio_gateway.capacity.host_gate import TRY_TIMEOUT_S, HostGate, HostGates
 from trio_gateway.capacity.host_link import HostLink
 from trio_gateway.capacity.slot_queue import NO_RESERVATION
 from trio_gateway.core.errors import LimitsUnavailable
@@ -189,3 +190,19 @@ async def test_a_reload_that_grows_the_gate_lets_a_waiter_in_at_once() -> None:
         with trio.fail_after(STEP_S):
             await got.wait()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_try_at_a_broker_that_does_not_answer_is_refused_in_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        silent, theirs = socket.socketpair()  # nobody reads the broker's end
+        link = HostLink(theirs)
+        await nursery.start(link.serve)
+        gate = gate_of(link)
+        started = trio.current_time()
+        assert not await gate.try_acquire("x")
+        assert trio.current_time() - started == pytest.approx(TRY_TIMEOUT_S)
+        assert gate.statistics() == GateStats(0, 0, 2)
+        nursery.cancel_scope.cancel()
+    silent.close()

@@ -19,7 +19,7 @@ import attrs
 import msgspec
 import trio
 
-from trio_gateway.accounting.admission import LOCAL_TIMEOUT_S, Limits
+from trio_gateway.accounting.admission import Limits
 from trio_gateway.accounting.limit_store import AdmitArgs, AdmitResult, LimitStore
 from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.core.host_wire import LIMITS_ADMIT, LIMITS_SETTLE
@@ -98,12 +98,17 @@ async def release_holds(store: LimitStore, holds: WorkerHolds) -> None:
         await store.settle(key, hold_id, 0)
 
 
+# The broker answers in microseconds; this bounds a broker that is gone. Generous, because the
+# wait is on the worker's own clock: in an arrival storm its loop runs seconds late (scenario D),
+# and the answer that came in time would be read late.
+HOST_TIMEOUT_S = 10.0
+
+
 def host_limits(config: GatewayConfig, link: Link) -> Limits:
-    """A worker's limits: the supervisor's store, through ``link``. The broker is on the same
-    host and answers at once; the local deadline only bounds a broker that is gone."""
+    """A worker's limits: the supervisor's store, through ``link``."""
     return Limits(
         HostStore(link),
-        timeout_s=LOCAL_TIMEOUT_S,
+        timeout_s=HOST_TIMEOUT_S,
         fail_open=False,
         hold_ttl_s=config.limits.hold_ttl_s,
     )

@@ -21,6 +21,11 @@ from trio_gateway.capacity.slot_queue import NO_RESERVATION, Reservation
 from trio_gateway.core.errors import Overloaded
 from trio_gateway.core.host_wire import GATE_ACQUIRE, GATE_RELEASE, GATE_RESIZE
 
+# The broker answers in microseconds; a try is bounded all the same (a waiting ask is bounded by
+# its caller's queue timeout), generously: the wait is on the worker's clock, which an arrival
+# storm puts seconds behind.
+TRY_TIMEOUT_S = 10.0
+
 
 class HostGate:
     """One provider's slots on this host; made by ``HostGates.gate``."""
@@ -43,8 +48,11 @@ class HostGate:
         return False
 
     async def try_acquire(self, borrower: object, priority: int = 0) -> bool:
-        """A free slot, if the host has one for ``priority`` and nobody who may take it waits."""
-        return await self._ask(borrower, 0.0, priority, wait=False)
+        """A free slot, if the host has one for ``priority`` and nobody who may take it waits.
+        A broker that does not answer within ``TRY_TIMEOUT_S`` has none."""
+        with trio.move_on_after(TRY_TIMEOUT_S):
+            return await self._ask(borrower, 0.0, priority, wait=False)
+        return False
 
     async def acquire(self, borrower: object, rank: float | None = None, priority: int = 0) -> None:
         """A slot, waiting in rank order with every worker's waiters."""
