@@ -4,12 +4,15 @@ stands for a worker. The workers' own processes are tests/e2e/test_workers_share
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import msgspec
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 from trio_gateway.accounting.admission import Limits
@@ -18,10 +21,12 @@ from trio_gateway.accounting.limit_store import AdmitArgs, MemoryStore
 from trio_gateway.capacity.gate import GateStats
 from trio_gateway.capacity.host_gate import TRY_TIMEOUT_S, HostGate, HostGates
 from trio_gateway.capacity.host_link import HostLink
+from trio_gateway.capacity.host_slots import AcquireBody
 from trio_gateway.capacity.slot_queue import NO_RESERVATION
 from trio_gateway.core.errors import LimitsUnavailable
-from trio_gateway.core.host_wire import encode_frame
+from trio_gateway.core.host_wire import GATE_ACQUIRE, encode_frame
 from trio_gateway.core.keys import ApiKey
+from trio_gateway.process import host_broker
 from trio_gateway.process.host_broker import HostBroker
 
 STEP_S = 5.0  # a bound for what takes microseconds: only a broken test waits this long
@@ -206,3 +211,26 @@ async def test_a_try_at_a_broker_that_does_not_answer_is_refused_in_time(
         assert gate.statistics() == GateStats(0, 0, 2)
         nursery.cancel_scope.cancel()
     silent.close()
+
+
+async def test_a_worker_that_stops_reading_is_cut_off_at_the_unsent_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(host_broker, "MAX_UNSENT_BYTES", 4096)
+    broker = HostBroker(None)
+    ours, theirs = socket.socketpair()
+    for sock, option in ((ours, socket.SO_SNDBUF), (theirs, socket.SO_RCVBUF)):
+        sock.setsockopt(socket.SOL_SOCKET, option, 4096)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.serve_worker, ours)
+        # Asks the broker answers at once (refused: the gate has no slot), never read.
+        ask = msgspec.msgpack.encode(AcquireBody("vllm", 0, 0, 0, 0, 0.0, False))
+        with trio.fail_after(STEP_S):
+            call = 0
+            while broker.workers:
+                call += 1
+                with contextlib.suppress(BlockingIOError, OSError):
+                    theirs.send(encode_frame(call, GATE_ACQUIRE, ask))
+                await trio.lowlevel.checkpoint()
+        assert call > 100
+    theirs.close()

@@ -33,6 +33,21 @@ MAX_UNSENT_BYTES = 4 * 1024 * 1024
 MAX_PENDING_CALLS = 100_000
 
 
+async def write_unsent(sock: socket.socket, unsent: bytearray) -> bool:
+    """Send all of ``unsent`` (taking what went out from it) as ``sock`` takes it; False when
+    the socket failed. The writer's side of both ends (this link, the broker's)."""
+    while unsent:
+        await trio.lowlevel.wait_writable(sock)
+        try:
+            sent = sock.send(unsent)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return False
+        del unsent[:sent]
+    return True
+
+
 class HostLinkClosed(ConnectionError):
     """The connection to the host broker is gone, or cannot take more."""
 
@@ -154,21 +169,12 @@ class HostLink:
                     trio.lowlevel.reschedule(task, outcome.Value(bytes(frame.body)))
 
     async def _write_unsent(self) -> NoReturn:
-        while True:
+        while not self.closed:
             await self._unsent_event.wait()
             self._unsent_event = trio.Event()
-            while self._unsent and not self.closed:
-                await trio.lowlevel.wait_writable(self._sock)
-                try:
-                    sent = self._sock.send(self._unsent)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    self._close("the host broker's socket failed")
-                    break
-                del self._unsent[:sent]
-            if self.closed:
-                await trio.sleep_forever()
+            if not await write_unsent(self._sock, self._unsent):
+                self._close("the host broker's socket failed")
+        await trio.sleep_forever()
 
     def close(self) -> None:
         trio.lowlevel.notify_closing(self._sock)

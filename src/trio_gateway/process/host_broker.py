@@ -32,6 +32,7 @@ from trio_gateway.accounting.host_store import (
     release_holds,
 )
 from trio_gateway.accounting.limit_store import LimitStore
+from trio_gateway.capacity.host_link import write_unsent
 from trio_gateway.capacity.host_slots import (
     ACQUIRE_BODY,
     RELEASE_BODY,
@@ -181,12 +182,5 @@ class HostBroker:
         while True:
             await worker.has_unsent.wait()
             worker.has_unsent = trio.Event()
-            while worker.unsent:
-                await trio.lowlevel.wait_writable(worker.sock)
-                try:
-                    sent = worker.sock.send(worker.unsent)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    return
-                del worker.unsent[:sent]
+            if not await write_unsent(worker.sock, worker.unsent):
+                return  # its reader sees the end and gives back what it held
