@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tokens-per-s", type=float, default=50.0, help="per stream")
     parser.add_argument("--rate-hz", type=int, default=250, help="py-spy's sampling rate")
     parser.add_argument("--top", type=int, default=60)
+    parser.add_argument("--raw", type=Path, help="also keep py-spy's raw output here")
     args = parser.parse_args(argv)
     py_spy = shutil.which("py-spy") or str(Path(PYTHON).with_name("py-spy"))
     if not Path(py_spy).exists():
@@ -94,7 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             elapsed_s = time.monotonic() - started
             spy.send_signal(2)  # SIGINT: py-spy writes what it has and exits
             spy.wait(timeout=30)
-        samples, shares = inclusive_shares(out.read_text())
+        raw = out.read_text()
+        if args.raw is not None:
+            args.raw.write_text(raw)
+        samples, shares = inclusive_shares(raw)
     print(f"{chunks} chunks in {elapsed_s:.1f} s; {samples} samples of the gateway")
     for key, share in shares[: args.top]:
         print(f"{100 * share:5.1f} %  {key}")

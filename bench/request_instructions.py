@@ -13,6 +13,10 @@ the system calls are out. A repeated run agrees to about 0.2 %.
 
     .venv/bin/python -m bench.request_instructions [-n 300 --connections 8]
 
+``--workers 2`` runs the gateway as ``[server] workers = 2`` and counts every process of it
+(the supervisor, with its host broker, and both workers: valgrind's ``--trace-children``), so
+the difference to one process is what sharing the limits through the supervisor costs.
+
 To tell what one part costs: ``--log-level warning`` (no access line), ``--ledger none`` (no
 SQLite), ``--tracing 1.0`` (the gateway's own spans at that sample ratio, exported to
 ``bench/otlp_sink.py``, which runs outside valgrind); ``--floor server`` counts the gateway's
@@ -98,8 +102,11 @@ def served_argv(args: argparse.Namespace, run: Path, port: int, upstream_port: i
             argv += ["--upstream", f"http://127.0.0.1:{upstream_port}/v1"]
         return argv
     settings = SETTINGS
+    if args.workers > 1:
+        settings = attrs.evolve(settings, server_extra=f"workers = {args.workers}")
     if args.ledger != "default":
-        settings = attrs.evolve(settings, server_extra=f'[usage]\nledger = "{args.ledger}"')
+        extra = f'{settings.server_extra}\n[usage]\nledger = "{args.ledger}"'
+        settings = attrs.evolve(settings, server_extra=extra)
     if args.tracing is not None:
         settings = attrs.evolve(settings, tables=tracing_table(args.tracing, args.sink_url))
     config = run / "gateway.toml"
@@ -113,8 +120,8 @@ def instructions(args: argparse.Namespace, work: Path, upstream_port: int, reque
     run = work / f"run-{requests}"
     run.mkdir()
     port = free_port()
-    out = run / "cachegrind.out"
-    argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}"]
+    argv = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--trace-children=yes"]
+    argv += [f"--cachegrind-out-file={run}/cachegrind.out.%p"]
     argv += served_argv(args, run, port, upstream_port)
     connections = args.connections
     with running(
@@ -128,10 +135,13 @@ def instructions(args: argparse.Namespace, work: Path, upstream_port: int, reque
         answered = trio.run(load, port, requests, connections)
     if answered != requests:
         raise RuntimeError(f"{answered} of {requests} requests answered")
-    match = re.search(r"^summary:\s+(\d+)", out.read_text(), re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"no summary line in {out}")
-    return int(match.group(1))
+    total = 0
+    for out in run.glob("cachegrind.out.*"):
+        match = re.search(r"^summary:\s+(\d+)", out.read_text(), re.MULTILINE)
+        if match is None:
+            raise RuntimeError(f"no summary line in {out}")
+        total += int(match.group(1))
+    return total
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -140,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=8, help="keep-alive, at once")
     parser.add_argument("--log-level", default="info", help="the gateway's --log-level")
     parser.add_argument("--ledger", default="default", help='[usage] ledger, e.g. "none"')
+    parser.add_argument("--workers", type=int, default=1, help="[server] workers")
     parser.add_argument(
         "--floor", choices=("none", "server", "hypercorn", "upstream"), default="none"
     )
@@ -174,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ledger": args.ledger,
         "floor": args.floor,
         "tracing": args.tracing,
+        "workers": args.workers,
         "runs": [
             {"requests": args.n, "instructions": short},
             {"requests": 3 * args.n, "instructions": long},

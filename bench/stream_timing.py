@@ -180,6 +180,13 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "met": None if cpu is None else cpu <= 100,
         }
     )
+    nginx = by.get(NGINX_MODE)
+    if nginx is not None and cpu is not None and nginx["cpu_us_per_chunk"]:
+        # Issues 33 and 43: within twice a C pass-through's CPU per chunk, in the same run.
+        ratio = cpu / nginx["cpu_us_per_chunk"]
+        out.append(
+            {"target": "gateway CPU per chunk ≤ 2 x nginx's", "value": ratio, "met": ratio <= 2}
+        )
     direct = by.get("direct")
     if direct is not None:
         for key, name, limit_ms, row in (

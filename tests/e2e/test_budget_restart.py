@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.e2e.test_cli import CLI, default_config_on_free_ports
 
@@ -63,9 +64,13 @@ def ask(port: int, key: str) -> httpx.Response:
     )
 
 
-def test_a_spent_budget_still_refuses_after_stop_and_serve(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2], ids=["one-process", "two-workers"])
+def test_a_spent_budget_still_refuses_after_stop_and_serve(tmp_path: Path, workers: int) -> None:
+    """With workers, the budget is the supervisor's (its host broker's store, which every
+    worker asks): that is the store a restart must rebuild."""
     config, port = default_config_on_free_ports(tmp_path)
     text = config.read_text().replace("open = true", 'keys_file = "keys.toml"')
+    text = text.replace("[server]\n", f"[server]\nworkers = {workers}\n", 1)
     config.write_text(text.replace("weight = 100\n", PRICES))
     made = run(
         "keys", "new", "alice", "--aliases", "agent-lite", "--budget", "0.05",

@@ -106,7 +106,7 @@ def test_repo_default_config_is_valid() -> None:
         ),
         (
             ('listen = "127.0.0.1:8080"', 'listen = "127.0.0.1:8080"\nworkers = "2"'),
-            "server.workers: expected an integer, got '2'",
+            "server.workers: expected a number of workers or \"auto\", got '2'",
         ),
         (
             ("[server]", '[redis]\nurl = "redis://h"\nlease_ttl_s = 0.5\n[server]'),

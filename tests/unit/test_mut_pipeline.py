@@ -17,7 +17,8 @@ import trio.testing
 
 from tests.h1_mock import handler_connect
 from tests.unit.test_mut_upstream import COMPLETION, chat, provider, shell
-from trio_gateway.capacity.gate import LocalGate, SharedGate
+from trio_gateway.capacity.gate import LocalGate
+from trio_gateway.capacity.gate_kinds import Gate
 from trio_gateway.capacity.health import ProviderHealth
 from trio_gateway.config.schema import AliasConfig
 from trio_gateway.core.errors import AllProvidersFailed, GatewayError, Overloaded
@@ -38,7 +39,7 @@ async def refuse(request: httpx.Request) -> httpx.Response:
     return httpx.Response(500, json={"error": {"message": "broken"}})
 
 
-def local(gate: LocalGate | SharedGate) -> LocalGate:
+def local(gate: Gate) -> LocalGate:
     assert isinstance(gate, LocalGate)
     return gate
 

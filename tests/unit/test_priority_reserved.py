@@ -14,7 +14,6 @@ from trio_gateway.capacity.gate import LocalGate, reservation_of
 from trio_gateway.capacity.priority import NO_RESERVATION, PriorityLimiter, Reservation
 from trio_gateway.config.load import parse_config
 from trio_gateway.config.schema import ProviderConfig
-from trio_gateway.dispatch.live import Gates
 from trio_gateway.dispatch.router import queue_rank
 
 HIGH, LOW = 0, 1
@@ -210,7 +209,9 @@ def test_the_config_reads_a_reservation_and_refuses_one_without_meaning() -> Non
             parse_config(provider(toml), source="t.toml")
 
 
-def test_workers_split_the_reservation_as_they_split_the_slots() -> None:
+def test_every_gate_holds_the_whole_reservation() -> None:
+    """No process takes a share of it: a host's workers share one queue through their
+    supervisor (host_slots.py), and leases hold it cluster-wide (gate.py)."""
     config = ProviderConfig(
         name="v",
         type="openai_compatible",
@@ -220,11 +221,5 @@ def test_workers_split_the_reservation_as_they_split_the_slots() -> None:
         reserved_slots=3,
         reserved_for_priority_at_most=0,
     )
-    # Rounded up, one slot left to the low class: 3 of 8 over 2 workers is 2 of 4 each.
-    assert [reservation_of(config, Gates(workers=w).slots(8)) for w in (1, 2, 4, 8)] == [
-        Reservation(3, 0),
-        Reservation(2, 0),
-        Reservation(1, 0),
-        NO_RESERVATION,  # one slot a process: nothing to hold back
-    ]
+    assert reservation_of(config) == Reservation(3, 0)
     assert reservation_of(ProviderConfig(name="v", type="openai", model="m")) == NO_RESERVATION

@@ -191,7 +191,7 @@ class Limits:
         now = self.wall_clock()
         period = period_of(key.budget_period, now)
         if key.budget is not None:
-            await self._seed(key.name, period)
+            await self.seed(key.name, period)
         args = AdmitArgs(
             key=key.name,
             rpm=key.rpm,
@@ -253,7 +253,7 @@ class Limits:
                 str(exc) or f"no answer within {self.timeout_s:g} s", retry_after_s=1.0
             ) from exc
 
-    async def _seed(self, key: str, period: Period) -> None:
+    async def seed(self, key: str, period: Period) -> None:
         """Learn ``key``'s spend in ``period`` from the ledger, once, if the in-process store
         has not seen a period of that kind for it (a key that gained a budget, or changed its
         period, while serving; at start every key is seeded: :func:`seed_keys`)."""

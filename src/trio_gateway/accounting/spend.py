@@ -89,30 +89,36 @@ class LedgerSpend:
         self._conn: sqlite3.Connection | None = None
         self._lock = trio.Lock()
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self) -> sqlite3.Connection | None:
+        """None while the file does not exist: no request was recorded yet, so nothing was
+        spent (with [server] workers, the supervisor reads before its workers create it)."""
         if self._conn is None:
+            if not Path(self.path).exists():
+                return None
             self._conn = open_readonly(self.path)
         return self._conn
 
     async def since(self, key: str, since: float) -> int:
         """``admission.Seeder``: ``key``'s spend since ``since``."""
         async with self._lock:
-            return await trio.to_thread.run_sync(
-                lambda: spend_since(self._connection(), key, since)
-            )
+            return await trio.to_thread.run_sync(lambda: self._since(key, since))
+
+    def _since(self, key: str, since: float) -> int:
+        conn = self._connection()
+        return 0 if conn is None else spend_since(conn, key, since)
 
     async def many_since(self, wanted: Sequence[tuple[str, float]]) -> list[int]:
         """Each ``(key, since)``'s spend, in one trip to a worker thread."""
         async with self._lock:
-            return await trio.to_thread.run_sync(
-                lambda: [spend_since(self._connection(), k, s) for k, s in wanted]
-            )
+            return await trio.to_thread.run_sync(lambda: [self._since(k, s) for k, s in wanted])
 
     async def by_key_since(self, since: float) -> dict[str, int]:
         async with self._lock:
-            return await trio.to_thread.run_sync(
-                lambda: spend_by_key_since(self._connection(), since)
-            )
+            return await trio.to_thread.run_sync(lambda: self._by_key_since(since))
+
+    def _by_key_since(self, since: float) -> dict[str, int]:
+        conn = self._connection()
+        return {} if conn is None else spend_by_key_since(conn, since)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -157,19 +157,12 @@ class GateStats:
     max_inflight: int
 
 
-def reservation_of(config: ProviderConfig, slots: int | None = None) -> Reservation:
-    """The provider's reservation for a gate of ``slots`` (default: ``max_inflight``). A
-    process's share of the slots (``[server] workers`` without Redis) gets the same share of
-    the reserved ones, rounded up, always leaving the capped class one slot: so with one slot
-    a process reserves none."""
+def reservation_of(config: ProviderConfig) -> Reservation:
+    """The provider's reservation, as its gates hold it (each kind for the whole host or
+    cluster: no process takes a share of it)."""
     if config.reserved_for_priority_at_most is None or config.reserved_slots == 0:
         return NO_RESERVATION
-    total = config.max_inflight
-    slots = total if slots is None else slots
-    share = min(slots - 1, -(-config.reserved_slots * slots // total))
-    if share <= 0:
-        return NO_RESERVATION
-    return Reservation(share, config.reserved_for_priority_at_most)
+    return Reservation(config.reserved_slots, config.reserved_for_priority_at_most)
 
 
 def _take_local(limiter: PriorityLimiter, borrower: object, priority: int) -> bool:

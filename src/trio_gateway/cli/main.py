@@ -27,6 +27,7 @@ from trio_gateway.config.schema import DEFAULT_CONFIG_NAME, ConfigError, Gateway
 from trio_gateway.core.words import counted
 from trio_gateway.ops.log_queue import configure_logging
 from trio_gateway.ops.sd_notify import notify, reloading
+from trio_gateway.process.cores import resolve_workers
 from trio_gateway.process.descriptors import raise_descriptor_limit
 from trio_gateway.process.reload_status import StatusFile
 from trio_gateway.process.reloader import LoadConfig, ReloadOutcome
@@ -58,9 +59,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-level", default="info", type=str.lower, choices=LOG_LEVELS, help="default: info"
     )
-    # A worker's inherited listening socket and supervisor pipe (workers.py), not for users.
+    # A worker's inherited listening socket, supervisor pipe and host broker socket
+    # (workers.py), not for users.
     serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--lifeline-fd", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--broker-fd", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-count", type=int, default=1, help=argparse.SUPPRESS)
     serve.add_argument(
         "--log-format",
         default="text",
@@ -126,7 +130,10 @@ def _load(path: str, listen: str | None = None) -> GatewayConfig | None:
 
 
 async def _serve_until_signalled(
-    config: GatewayConfig, load: LoadConfig, worker: tuple[int, int] | None = None
+    config: GatewayConfig,
+    load: LoadConfig,
+    worker: tuple[int, int, int] | None = None,
+    workers: int = 1,
 ) -> None:
     """SIGTERM or SIGINT: drain, a second one stops at once. SIGHUP: reload the config file
     (and the keys file); a bad file changes nothing (reloader.py). A ``worker`` (workers.py)
@@ -144,10 +151,11 @@ async def _serve_until_signalled(
             await first_signal.wait()
 
         async with trio.open_nursery() as nursery:
-            inherited = None
+            inherited = host_broker = None
             if worker is not None:
                 inherited = socket.socket(fileno=worker[0])
                 nursery.start_soon(_watch_lifeline, worker[1], first_signal)
+                host_broker = socket.socket(fileno=worker[2])
 
             async def serve(*, task_status: trio.TaskStatus[GatewayHandle]) -> None:
                 await serve_gateway(
@@ -156,6 +164,8 @@ async def _serve_until_signalled(
                     load=load,
                     inherited=inherited,
                     simulators=worker is None,
+                    host_broker=host_broker,
+                    workers=workers,
                     task_status=task_status,
                 )
                 nursery.cancel_scope.cancel()
@@ -318,11 +328,12 @@ def _serve(args: argparse.Namespace, config: GatewayConfig) -> list[OSError]:
     load = partial(load_config, args.config, listen=args.listen)
     problems: list[OSError] = []
     try:
+        workers = resolve_workers(config.server.workers)
         if args.worker_fd is not None:
-            worker = (args.worker_fd, args.lifeline_fd)
-            trio.run(partial(_serve_until_signalled, config, load, worker))
-        elif config.server.workers > 1:
-            trio.run(serve_workers, config, _serve_argv(args))
+            worker = (args.worker_fd, args.lifeline_fd, args.broker_fd)
+            trio.run(partial(_serve_until_signalled, config, load, worker, args.worker_count))
+        elif workers > 1:
+            trio.run(serve_workers, config, _serve_argv(args), workers)
         else:
             trio.run(partial(_serve_until_signalled, config, load))
     except* OSError as group:

@@ -229,8 +229,9 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str] | None) 
         problems.append(f"{config.listen_origin}: {err}")
     else:
         problems.extend(_auth_problems(config))
-    if not 1 <= config.server.workers <= MAX_WORKERS:
-        problems.append(f"server.workers: must be from 1 to {MAX_WORKERS}")
+    workers = config.server.workers
+    if workers != "auto" and not 1 <= workers <= MAX_WORKERS:
+        problems.append(f'server.workers: must be from 1 to {MAX_WORKERS}, or "auto"')
     problems.extend(_responses_problems(config, environ))
     problems.extend(tracing_problems(config.tracing, environ))
     for key in ("max_body_bytes", "stream_buffer_events"):
@@ -283,6 +284,8 @@ def semantic_problems(config: GatewayConfig, environ: Mapping[str, str] | None) 
             problems.extend(_provider_type_problems(where, p))
             if p.max_inflight < 1:
                 problems.append(f"{where}.max_inflight: must be at least 1")
+            if p.max_dials_in_flight < 1:
+                problems.append(f"{where}.max_dials_in_flight: must be at least 1")
             problems.extend(_reservation_problems(where, p))
             if p.weight < 0:
                 problems.append(f"{where}.weight: must be 0 or more")

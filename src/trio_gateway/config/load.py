@@ -42,6 +42,7 @@ from trio_gateway.config.schema import (
     Secret,
     SimulatorConfig,
     UsageSinkKind,
+    Workers,
 )
 from trio_gateway.core.capability import Capability
 from trio_gateway.sim.config import SimConfig
@@ -129,6 +130,15 @@ def _make_converter() -> cattrs.Converter:
     converter.register_structure_hook_func(
         lambda t: t == UsageSinkKind, _literal_hook(("sqlite", "redis_stream", "none"), "sink")
     )
+
+    def workers(value: object, _: type) -> Workers:
+        if value == "auto":
+            return "auto"
+        if type(value) is not int:
+            raise TypeError(f'expected a number of workers or "auto", got {value!r}')
+        return value
+
+    converter.register_structure_hook_func(lambda t: t == Workers, workers)
 
     def tuple_of_str(value: object, _: type) -> tuple[str, ...]:
         if not isinstance(value, list):

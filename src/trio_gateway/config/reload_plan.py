@@ -9,8 +9,8 @@ changes those is refused whole, each change named by its path, and the running c
 A provider that keeps its name is one of three cases (:func:`provider_change`):
 
 - **same**: the running provider (its gate, connections, health, probe) is kept;
-- **resized**: only ``weight``, ``max_inflight``, ``queue_timeout_s`` or the reserved slots
-  changed: the running
+- **resized**: only ``weight``, ``max_inflight``, ``queue_timeout_s``, ``max_dials_in_flight``
+  or the reserved slots changed: the running
   provider is kept and its gate resized, so the requests it holds still count against it;
 - **replaced**: anything else (endpoint, model, credentials, timeouts...): a new provider takes
   new requests, and the old one finishes the streams it has before its connections close.
@@ -29,6 +29,7 @@ RESIZABLE_FIELDS = (
     "weight",
     "max_inflight",
     "queue_timeout_s",
+    "max_dials_in_flight",
     "reserved_slots",
     "reserved_for_priority_at_most",
 )

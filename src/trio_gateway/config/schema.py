@@ -31,6 +31,8 @@ DEFAULT_BASE_URLS = {
 # (load.resolve_paths), the same whichever directory a command runs in.
 PROVIDER_PATH_KEYS = ("api_key_file", "credentials_file", "ca_file")
 OnSaturated = Literal["spill", "queue"]
+# [server] workers: a number, or "auto" (one per core the process may use: process/cores.py).
+Workers = int | Literal["auto"]
 Routing = Literal["round_robin", "least_loaded", "affinity"]
 ROUTINGS: tuple[str, ...] = ("round_robin", "least_loaded", "affinity")
 OnRedisError = Literal["fail_open", "fail_closed"]
@@ -74,9 +76,9 @@ class ServerConfig:
     head_timeout_s: float = 30.0
     body_timeout_s: float = 60.0
     drain_timeout_s: float = 30.0
-    # Processes serving one listening socket, each a whole gateway (docs/deployment.md).
-    # Without [redis], each takes max_inflight // workers of every provider's slots.
-    workers: int = 1
+    # Processes serving one listening socket, each a whole gateway (docs/deployment.md), or
+    # "auto": one per core the process may use (its CPU affinity and cgroup quota).
+    workers: Workers = 1
     # With keys required: "admin" (an `admin = true` key reads the operator's endpoints) or
     # "open" (anyone, as without keys). docs/operations.md#the-operators-endpoints.
     status: StatusAccess = "admin"
@@ -167,6 +169,10 @@ class ProviderConfig:
     reasoning_off: ReasoningOff = "refuse"
     max_inflight: int = 32
     queue_timeout_s: float = 1.0
+    # New connections to one endpoint at once, from the dial to the response head (split
+    # among [server] workers); the rest wait their turn within queue_timeout_s. Half of
+    # uvicorn's (so vLLM's) listen backlog of 2048: docs/configuration.md says why.
+    max_dials_in_flight: int = 1024
     capabilities: frozenset[Capability] = frozenset()
     weight: int = 100
     strip_fields: tuple[str, ...] = ()

@@ -17,7 +17,9 @@ import attrs
 import trio
 
 from trio_gateway.capacity.gate import LeaseBroker, LocalGate, SharedGate, reservation_of
+from trio_gateway.capacity.gate_kinds import Gate
 from trio_gateway.capacity.health import ProviderHealth, probe_service
+from trio_gateway.capacity.host_gate import HostGate, HostGates
 from trio_gateway.config.schema import ProviderConfig, Secret
 from trio_gateway.dispatch.scrape import scrape_service
 from trio_gateway.providers.credentials import credential_source
@@ -35,37 +37,36 @@ log = logging.getLogger("trio_gateway")
 RETIRE_POLL_S = 0.5
 
 Provider = Upstream | ReplicaSet
-Gate = LocalGate | SharedGate
 
 
 @attrs.frozen
 class Gates:
     """How this process makes a provider's gate: leases shared by every gateway on one Redis
-    (``broker``); else its own slots, which with ``[server] workers`` are its share."""
+    (``broker``); else, in a worker of ``[server] workers``, slots shared by the host's workers
+    through the supervisor (``host``); else its own slots."""
 
     broker: LeaseBroker | None = None
+    host: HostGates | None = None
     workers: int = 1
 
-    def slots(self, max_inflight: int) -> int:
-        """This process's slots of a provider's ``max_inflight`` (all of them when leased:
-        the leases keep the limit for every process together)."""
-        if self.broker is not None:
-            return max_inflight
-        # Split evenly, at least one each (so N workers may together run N when
-        # max_inflight < N).
-        return max(1, max_inflight // self.workers)
+    def dials(self, config: ProviderConfig) -> int:
+        """This process's share of an endpoint's ``max_dials_in_flight``: split evenly among
+        the host's workers (at least one each), so that together they stay within it. Split,
+        not shared through the supervisor: a dial is short, and a storm's thousands of them
+        would each cost a round trip to it."""
+        return max(1, config.max_dials_in_flight // self.workers)
 
     def make(self, key: str, config: ProviderConfig) -> Gate:
         """The gate of ``key`` ("vllm", "vllm@10.0.0.1:8000"), of one endpoint's ``config``."""
         if self.broker is not None:
             return self.broker.gate(key, config.max_inflight, reservation_of(config))
-        slots = self.slots(config.max_inflight)
-        return LocalGate(slots, reservation_of(config, slots))
+        if self.host is not None:
+            return self.host.gate(key, config.max_inflight, reservation_of(config))
+        return LocalGate(config.max_inflight, reservation_of(config))
 
     def resize(self, gate: Gate, config: ProviderConfig) -> None:
         """``gate`` to one endpoint's new ``config`` (max_inflight, reservation)."""
-        slots = self.slots(config.max_inflight)
-        gate.resize(slots, reservation_of(config, slots))
+        gate.resize(config.max_inflight, reservation_of(config))
 
 
 @attrs.define(eq=False)
@@ -97,16 +98,21 @@ class Running:
                 own = replica_config(config, replica.upstream.config.endpoint)
                 replica.upstream.config = own
                 gates.resize(replica.upstream.gate, own)
+                replica.upstream.resize_dials(gates.dials(own))
         else:
             provider.config = config
             gates.resize(provider.gate, config)
+            provider.resize_dials(gates.dials(config))
 
     def idle(self) -> bool:
-        """No attempt runs on it, and none waits at a gate of its own. A leased gate is the
-        same object for its successor (same key), so its waiters may be the successor's."""
+        """No attempt runs on it, and none waits at a gate of its own. A leased or host gate
+        is the same object for its successor (same key), so its waiters may be the successor's."""
         return all(
             upstream.active == 0
-            and (isinstance(upstream.gate, SharedGate) or upstream.statistics().waiting == 0)
+            and (
+                isinstance(upstream.gate, SharedGate | HostGate)
+                or upstream.statistics().waiting == 0
+            )
             for _, upstream, _ in self.members()
         )
 
@@ -138,6 +144,7 @@ async def open_provider(
                     client,
                     gate=gates.make(f"{config.name}@{label}", own),
                     tls=tls,
+                    max_dials_in_flight=gates.dials(own),
                 )
                 replicas.append(Replica(label, upstream, ProviderHealth(own, now=now)))
             return Running(ReplicaSet(config, replicas), None, stack)
@@ -148,6 +155,7 @@ async def open_provider(
             client,
             gate=gates.make(config.name, config),
             tls=tls,
+            max_dials_in_flight=gates.dials(config),
         )
         return Running(upstream, ProviderHealth(config, now=now), stack)
     except BaseException:

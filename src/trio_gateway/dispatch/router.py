@@ -24,8 +24,10 @@ import attrs
 import trio
 
 from trio_gateway.accounting.admission import Admission, Limits, Reserve, local_limits
-from trio_gateway.capacity.gate import LocalGate, SharedGate
+from trio_gateway.capacity.gate import LocalGate
+from trio_gateway.capacity.gate_kinds import Gate
 from trio_gateway.capacity.health import ProviderHealth, log_transition
+from trio_gateway.capacity.host_gate import HostGate
 from trio_gateway.config.schema import AliasConfig, FilterConfig
 from trio_gateway.core.errors import (
     AllProvidersFailed,
@@ -509,7 +511,7 @@ def _endpoint(name: str, upstream: Upstream, state: str, load: int | None) -> Re
     )
 
 
-async def _try_take(gate: LocalGate | SharedGate, borrower: object, priority: int) -> bool:
+async def _try_take(gate: Gate, borrower: object, priority: int) -> bool:
     """A free slot, if there is one. A local gate's ``try_acquire`` and ``release`` each end in
     a schedule point, a turn of trio's run loop (about 65K instructions, docs/benchmarks.md)
     that a request has no use for here: the upstream exchange right after is its first wait.
@@ -520,9 +522,10 @@ async def _try_take(gate: LocalGate | SharedGate, borrower: object, priority: in
     return await gate.try_acquire(borrower, priority)
 
 
-async def _give_back(gate: LocalGate | SharedGate, borrower: object) -> None:
-    """Release ``borrower``'s slot; a local gate's without a schedule point (see _try_take)."""
-    if isinstance(gate, LocalGate):
+async def _give_back(gate: Gate, borrower: object) -> None:
+    """Release ``borrower``'s slot; a local or host gate's without a schedule point (see
+    _try_take: the host gate's release is one write to the supervisor)."""
+    if isinstance(gate, LocalGate | HostGate):
         gate.release_nowait(borrower)
     else:
         await gate.release(borrower)

@@ -8,6 +8,14 @@ environment (``proxy.py``: CONNECT for https, the absolute form for http), and t
 where socket, TLS and protocol failures become the gateway's errors, named as before
 (``cannot connect``, ``connect timed out``, ``connection lost``).
 
+New connections to a provider are bounded: at most ``max_dials_in_flight`` at once, each counted
+from its dial until the response head came (the server had accepted it and read the request),
+so the connections a storm of requests opens at once never overflow the server's listen queue
+(its backlog: uvicorn's, so vLLM's, is 2048) into dropped SYNs and connect timeouts. The rest
+wait for their turn in order, within ``dial_wait_s``, and are then refused as ``Overloaded``
+(the request moves to the next provider, as from a full gate). Reused connections are not
+counted: the server accepted them long ago.
+
 A connection goes back to the idle set only after a whole body on a keep-alive response;
 anything else (an error, a cancel, a body not read to its end) closes it. Idle connections are
 dropped after ``idle_expiry_s``, below the servers' own idle timeouts; one a server closed
@@ -35,6 +43,7 @@ import trio
 from trio_gateway.core.descriptors import is_exhaustion
 from trio_gateway.core.errors import (
     DescriptorsExhausted,
+    Overloaded,
     UpstreamProtocolError,
     UpstreamUnreachable,
 )
@@ -142,6 +151,8 @@ class H1Pool:
         connect: Callable[[Origin], Awaitable[trio.abc.Stream]] | None = None,
         tls: ssl.SSLContext | None = None,
         environ: Mapping[str, str] | None = None,
+        max_dials_in_flight: int = 1024,
+        dial_wait_s: float = math.inf,
     ) -> None:
         self.provider = provider
         # Tests put an in-memory server here; by default, TCP (and TLS for https).
@@ -155,6 +166,19 @@ class H1Pool:
         # HTTPS_PROXY / HTTP_PROXY / NO_PROXY (proxy.py), read when the pool is made.
         self._environ = dict(os.environ if environ is None else environ)
         self._proxies: dict[Origin, Proxy | None] = {}
+        # New connections from their dial to their response head (the module docstring). FIFO.
+        self._dials = trio.CapacityLimiter(max_dials_in_flight)
+        self.dial_wait_s = dial_wait_s
+        self.dials_peak = 0  # the most in flight at once, since made (tests, benchmarks)
+
+    def resize_dials(self, max_dials_in_flight: int, dial_wait_s: float) -> None:
+        self._dials.total_tokens = max_dials_in_flight
+        self.dial_wait_s = dial_wait_s
+
+    def dial_statistics(self) -> tuple[int, int, int]:
+        """New connections in flight, requests waiting to dial, and the bound."""
+        stats = self._dials.statistics()
+        return stats.borrowed_tokens, stats.tasks_waiting, int(stats.total_tokens)
 
     def idle_count(self) -> int:
         return sum(len(v) for v in self._idle.values())
@@ -303,10 +327,30 @@ class H1Pool:
             response = await self._exchange(origin, stream, payload, True, on_sending)
             if response is not None:
                 return response
-        stream = await self._dial(origin)
-        response = await self._exchange(origin, stream, payload, False, on_sending)
+        await self._dial_turn()
+        try:
+            stream = await self._dial(origin)
+            response = await self._exchange(origin, stream, payload, False, on_sending)
+        finally:
+            self._dials.release()
         assert response is not None
         return response
+
+    async def _dial_turn(self) -> None:
+        """A place among the dials in flight, in arrival order, within ``dial_wait_s``."""
+        dials = self._dials
+        try:
+            dials.acquire_nowait()
+        except trio.WouldBlock:
+            with trio.move_on_after(self.dial_wait_s) as late:
+                await dials.acquire()
+            if late.cancelled_caught:
+                raise Overloaded(
+                    f"{self.provider}: {int(dials.total_tokens)} new connections already "
+                    f"waiting for their answer for {self.dial_wait_s:g} s",
+                    provider=self.provider,
+                ) from None
+        self.dials_peak = max(self.dials_peak, dials.borrowed_tokens)
 
     async def _exchange(
         self,
@@ -322,16 +366,35 @@ class H1Pool:
         got_bytes = False
         if on_sending is not None:
             on_sending(partial(_shut_down, stream))
+        # A plain TCP connection is written and read as H1Response.receive reads it: a request
+        # fits the socket's buffer, so one send() without a deadline or a trip through trio's
+        # scheduler (send_all always yields once, even when the bytes went at once), then one
+        # wait and one read per piece of the head (receive_some yields after reading too). Two
+        # schedule points fewer per request (docs/benchmarks.md, issue 43).
+        sock = stream.socket if isinstance(stream, trio.SocketStream) else None
         try:
-            with trio.move_on_after(self.write_timeout_s) as late:
-                await stream.send_all(payload)
-            if late.cancelled_caught:
-                raise UpstreamProtocolError(
-                    f"{name}: the request could not be sent within {self.write_timeout_s:g} s",
-                    provider=name,
-                )
+            sent = 0
+            if sock is not None:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                with contextlib.suppress(BlockingIOError):
+                    sent = os.write(sock.fileno(), payload)
+            if sent < len(payload):
+                with trio.move_on_after(self.write_timeout_s) as late:
+                    await stream.send_all(memoryview(payload)[sent:])
+                if late.cancelled_caught:
+                    raise UpstreamProtocolError(
+                        f"{name}: the request could not be sent within {self.write_timeout_s:g} s",
+                        provider=name,
+                    )
             while True:
-                data = bytes(await stream.receive_some(READ_BYTES))
+                if sock is not None:
+                    await trio.lowlevel.wait_readable(sock)
+                    try:
+                        data = os.read(sock.fileno(), READ_BYTES)
+                    except BlockingIOError:
+                        continue  # woken for nothing
+                else:
+                    data = bytes(await stream.receive_some(READ_BYTES))
                 if not data:
                     if reused and not got_bytes:
                         await _close(stream)

@@ -18,12 +18,15 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
 
 from trio_gateway.accounting.admission import open_limits
+from trio_gateway.accounting.host_store import host_limits
 from trio_gateway.accounting.ledger import LEDGER_MEMORY, QueuedSink, SQLiteLedger, ledger_path
 from trio_gateway.accounting.response_sqlite import SQLiteResponseStore
 from trio_gateway.accounting.response_store import open_response_store
 from trio_gateway.accounting.sinks import open_usage_sink
 from trio_gateway.accounting.spend import LedgerSpend, open_spend
 from trio_gateway.capacity.gate import LeaseBroker
+from trio_gateway.capacity.host_gate import HostGates
+from trio_gateway.capacity.host_link import HostLink
 from trio_gateway.capacity.lease_metrics import LeaseCollector
 from trio_gateway.config.load import parse_hostport
 from trio_gateway.config.schema import GatewayConfig
@@ -157,6 +160,8 @@ async def serve_gateway(
     load: LoadConfig | None = None,
     inherited: socket.socket | None = None,
     simulators: bool = True,
+    host_broker: socket.socket | None = None,
+    workers: int = 1,
     task_status: trio.TaskStatus[GatewayHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled; or, once ``shutdown_trigger`` returns, stop accepting, let
@@ -166,8 +171,11 @@ async def serve_gateway(
     The usage ledger's service (``ledger.serve_ledger``) outlives every request, so the
     records of the last ones are written too. ``load`` reads the config again for a reload
     (``GatewayHandle.reload``); without it, a reload is refused. A worker (workers.py) serves
-    the listening socket its supervisor ``inherited`` it, and leaves the embedded
-    ``simulators`` to the supervisor."""
+    the listening socket its supervisor ``inherited`` it, leaves the embedded ``simulators``
+    to the supervisor, and shares its limits with the other workers through the supervisor's
+    ``host_broker`` (host_broker.py): the slots without Redis leases, budgets and rate limits
+    without Redis. A worker is one of ``workers``: it takes its share of what is split
+    (``max_dials_in_flight``)."""
     warn_unused_keys(config)
     async with open_usage_sink(config) as usage:
         await _serve_gateway(
@@ -179,6 +187,8 @@ async def serve_gateway(
             load=load,
             inherited=inherited,
             simulators=simulators,
+            host_broker=host_broker,
+            workers=workers,
             task_status=task_status,
         )
 
@@ -221,6 +231,8 @@ async def _serve_gateway(
     load: LoadConfig | None,
     inherited: socket.socket | None,
     simulators: bool,
+    host_broker: socket.socket | None,
+    workers: int,
     task_status: trio.TaskStatus[GatewayHandle],
 ) -> None:
     # The pools must outlive every task that uses them: the exit stack and Redis's client (its
@@ -241,7 +253,15 @@ async def _serve_gateway(
                 parse_redis_url(config.redis.url).display(),
                 config.redis.lease_ttl_s,
             )
-        gates = Gates(broker, config.server.workers)
+        link = None
+        if host_broker is not None:
+            link = HostLink(host_broker)
+            stack.callback(link.close)
+            await nursery.start(link.serve)
+        host_gates = HostGates(link) if link is not None and broker is None else None
+        if host_gates is not None:
+            log.info("limits: max_inflight shared by the host's workers (the supervisor's broker)")
+        gates = Gates(broker, host_gates, workers)
         running: dict[str, Running] = {}
         # Whatever runs at the end (a reload swaps providers) closes its connections.
         stack.push_async_callback(_close_all, running)
@@ -256,7 +276,11 @@ async def _serve_gateway(
         )
         router.usage = usage
         # One Redis client for the gateway's life; it dials again by itself after any failure.
-        router.limits = open_limits(config, redis)
+        if link is not None and config.redis is None:
+            router.limits = host_limits(config, link)
+            log.info("limits: budgets and rate limits shared by the host's workers")
+        else:
+            router.limits = open_limits(config, redis)
         if config.redis is not None:
             log.info(
                 "limits: budgets and rate limits in %s: spend lives there, shared by the "

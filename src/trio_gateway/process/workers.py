@@ -9,10 +9,11 @@ worker drain (a second one stops them at once), SIGHUP makes every worker reload
 that exits while the gateway is not stopping is started again, after a pause that grows
 while it keeps failing.
 
-Each worker keeps its own gates. With ``[redis]`` (``leases = true``) they share every
-provider's ``max_inflight`` through leases (gate.py); without, each takes
-``max_inflight // workers`` of it (live.Gates), so the host never exceeds it.
-Metrics are per worker: a scrape of ``/metrics`` reaches one of them.
+The workers share their limits through the supervisor's host broker (host_broker.py), each
+over a socketpair made before it starts (``--broker-fd``): every provider's ``max_inflight``,
+reservation and queue order without Redis leases, budgets and rate limits without Redis. With
+``[redis]`` (``leases = true``) every provider's slots are leases there (gate.py), shared with
+the other hosts too. Metrics are per worker: a scrape of ``/metrics`` reaches one of them.
 """
 
 from __future__ import annotations
@@ -22,12 +23,18 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 
 import trio
 
+from trio_gateway.accounting.admission import open_limits
+from trio_gateway.accounting.key_store import KeyStore
+from trio_gateway.accounting.ledger import LEDGER_MEMORY, ledger_path
+from trio_gateway.accounting.spend import LedgerSpend, open_spend
 from trio_gateway.config.schema import GatewayConfig
 from trio_gateway.ops.sd_notify import notify
+from trio_gateway.process.host_broker import HostBroker
 from trio_gateway.process.serve import (
     hypercorn_config,
     listen_origin,
@@ -46,11 +53,14 @@ STARTED_OK_AFTER_S = 10.0
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def worker_command(argv: Sequence[str], fd: int, lifeline: int) -> list[str]:
-    """A worker's command line: the supervisor's own ``serve`` arguments, plus the socket and
-    the lifeline pipe it inherits."""
-    inherited = ["--worker-fd", str(fd), "--lifeline-fd", str(lifeline)]
-    return [sys.executable, "-m", "trio_gateway", *argv, *inherited]
+def worker_command(
+    argv: Sequence[str], fd: int, lifeline: int, broker: int, workers: int
+) -> list[str]:
+    """A worker's command line: the supervisor's own ``serve`` arguments, plus the listening
+    socket, the lifeline pipe and the host broker's socket it inherits, and how many workers
+    there are (each takes its share of what is split: live.Gates.dials)."""
+    inherited = ["--worker-fd", str(fd), "--lifeline-fd", str(lifeline), "--broker-fd", str(broker)]
+    return [sys.executable, "-m", "trio_gateway", *argv, *inherited, "--worker-count", str(workers)]
 
 
 def second_signal_hint(signum: int) -> str:
@@ -68,14 +78,45 @@ def restart_pause(previous_s: float, ran_s: float) -> float:
 
 
 class Supervisor:
-    def __init__(self, config: GatewayConfig, serve_argv: Sequence[str]) -> None:
+    def __init__(self, config: GatewayConfig, serve_argv: Sequence[str], workers: int) -> None:
         self.config = config
+        self.workers = workers
         self._argv = list(serve_argv)
         self._processes: dict[int, trio.Process] = {}
         self._lifeline = -1
         self.stopping = False
+        # Budgets and rate limits in this process for every worker, unless Redis has them.
+        self.limits = open_limits(config, None) if config.redis is None else None
+        limits = self.limits
+        self.broker = HostBroker(
+            limits.store if limits is not None else None,
+            seed=limits.seed if limits is not None else None,
+        )
 
     async def run(self) -> None:
+        spend = await self._rebuild_spend()
+        try:
+            await self._serve()
+        finally:
+            if spend is not None:
+                spend.close()
+
+    async def _rebuild_spend(self) -> LedgerSpend | None:
+        """Without Redis, the workers' budgets are this process's: each key's spend in its
+        period is rebuilt here from the usage ledger they all write, so a restart keeps it."""
+        config, limits = self.config, self.limits
+        if limits is None or config.auth.keys_file is None:
+            return None  # Redis keeps spend, or no keys and so no budgets
+        keys = KeyStore(config.auth.keys_file, known_aliases=config.aliases.keys()).ring()
+        ledger = ledger_path(config)
+        why = f"[usage] sink = {config.usage.sink!r}"
+        if ledger == LEDGER_MEMORY:
+            ledger, why = None, "the usage ledger is in memory"
+        elif ledger is None and config.usage.sink == "sqlite":
+            why = '[usage] ledger = "none"'
+        return await open_spend(limits, ledger, list(keys), why_none=why, now=time.time())
+
+    async def _serve(self) -> None:
         config = self.config
         async with trio.open_nursery() as nursery:
             await start_simulators(config, nursery)
@@ -95,8 +136,9 @@ class Supervisor:
             # Workers see EOF on this pipe when the supervisor is gone, even by kill -9, and
             # drain instead of serving on as orphans.
             self._lifeline, lifeline_write = os.pipe()
-            workers = config.server.workers
-            log.info("supervisor: %d workers on %s", workers, _address(listener))
+            workers = self.workers
+            auto = " (one per usable core)" if config.server.workers == "auto" else ""
+            log.info("supervisor: %d workers%s on %s", workers, auto, _address(listener))
             with trio.open_signal_receiver(*FORWARDED) as signals:
                 async with trio.open_nursery() as workers_nursery:
                     for index in range(workers):
@@ -114,24 +156,37 @@ class Supervisor:
         while not self.stopping:
             started = trio.current_time()
             fd = listener.fileno()
-            process = await trio.lowlevel.open_process(
-                worker_command(self._argv, fd, self._lifeline),
-                pass_fds=(fd, self._lifeline),
-                # systemd hears from the supervisor only (NotifyAccess=main).
-                env={k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"},
-                # Its own process group: a Ctrl-C reaches the supervisor alone, which passes
-                # it on once (twice would stop the workers without a drain).
-                start_new_session=True,
-            )
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                process = await trio.lowlevel.open_process(
+                    worker_command(self._argv, fd, self._lifeline, theirs.fileno(), self.workers),
+                    pass_fds=(fd, self._lifeline, theirs.fileno()),
+                    # systemd hears from the supervisor only (NotifyAccess=main).
+                    env={k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"},
+                    # Its own process group: a Ctrl-C reaches the supervisor alone, which
+                    # passes it on once (twice would stop the workers without a drain).
+                    start_new_session=True,
+                )
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                # The worker's end is the worker's alone: when it exits, the end closes.
+                theirs.close()
             self._processes[index] = process
             log.info("supervisor: worker %d started (pid %d)", index, process.pid)
-            try:
-                code = await process.wait()
-            finally:
-                # Cancelled (the supervisor itself is stopping at once): take the worker along.
-                if process.returncode is None:
-                    process.kill()
-                del self._processes[index]
+            async with trio.open_nursery() as served:
+                await served.start(self.broker.serve_worker, ours)
+                try:
+                    code = await process.wait()
+                finally:
+                    # Cancelled (the supervisor itself is stopping at once): take the worker
+                    # along.
+                    if process.returncode is None:
+                        process.kill()
+                    del self._processes[index]
+                    # Reaped: what it held goes back now, whatever is left to read of it.
+                    served.cancel_scope.cancel()
             if self.stopping:
                 log.info("supervisor: worker %d (pid %d) exited: %d", index, process.pid, code)
                 return
@@ -167,6 +222,7 @@ def _address(sock: socket.socket) -> str:
     return f"http://{host}:{port}"
 
 
-async def serve_workers(config: GatewayConfig, serve_argv: Sequence[str]) -> None:
-    """Run the supervisor until every worker has exited after a stop signal."""
-    await Supervisor(config, serve_argv).run()
+async def serve_workers(config: GatewayConfig, serve_argv: Sequence[str], workers: int) -> None:
+    """Run the supervisor of ``workers`` workers until every one has exited after a stop
+    signal."""
+    await Supervisor(config, serve_argv, workers).run()

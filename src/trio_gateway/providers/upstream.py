@@ -22,7 +22,8 @@ import attrs
 import httpx
 import trio
 
-from trio_gateway.capacity.gate import GateStats, LocalGate, SharedGate, reservation_of
+from trio_gateway.capacity.gate import GateStats, LocalGate, reservation_of
+from trio_gateway.capacity.gate_kinds import Gate
 from trio_gateway.config.schema import ProviderConfig
 from trio_gateway.core.errors import GatewayError, UpstreamProtocolError, UpstreamTimeout
 from trio_gateway.core.events import Event
@@ -76,14 +77,15 @@ class Upstream:
         credential: TokenSource | None,
         client: httpx.AsyncClient,
         connect: Callable[[Origin], Awaitable[trio.abc.Stream]] | None = None,
-        gate: LocalGate | SharedGate | None = None,
+        gate: Gate | None = None,
         tls: ssl.SSLContext | None = None,
         environ: Mapping[str, str] | None = None,
+        max_dials_in_flight: int | None = None,
     ) -> None:
         self.config = config
         self.name = config.name
-        # max_inflight: this process's own, or leases shared through Redis (gate.py).
-        self.gate = (
+        # max_inflight: this process's own, the host's (host_gate.py), or leases in Redis.
+        self.gate: Gate = (
             gate if gate is not None else LocalGate(config.max_inflight, reservation_of(config))
         )
         # What the server says of its own load, scraped (scrape.py); read by routing and metrics.
@@ -113,6 +115,9 @@ class Upstream:
             # The same trust as the side requests' (make_client): one per provider.
             tls=tls if tls is not None else self.trust(config, environ),
             environ=environ,
+            # This process's share of them (live.Gates.dials).
+            max_dials_in_flight=max_dials_in_flight or config.max_dials_in_flight,
+            dial_wait_s=config.queue_timeout_s,
         )
         self._probe_request = probe_request(config)
 
@@ -152,6 +157,15 @@ class Upstream:
 
     def statistics(self) -> GateStats:
         return self.gate.statistics()
+
+    def resize_dials(self, max_dials_in_flight: int) -> None:
+        """This process's share of the provider's new connections, and their wait, after a
+        reload (``config`` is the new one already)."""
+        self._h1.resize_dials(max_dials_in_flight, self.config.queue_timeout_s)
+
+    def dial_statistics(self) -> tuple[int, int, int]:
+        """New connections in flight, requests waiting to dial, and this process's bound."""
+        return self._h1.dial_statistics()
 
     def close_idle(self) -> None:
         """Close the idle upstream connections (a provider retired by a reload)."""
