@@ -136,6 +136,7 @@ async def handle_responses(
         stream=stream,
         stream_error=stream_error,
         headers=headers,
+        client_id=turn.response_id,
     )
     stored = False
 

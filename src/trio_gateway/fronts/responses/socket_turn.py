@@ -253,6 +253,7 @@ async def _answer(
             drop_connection=session.drop_connection,
             request_id=context.request_id,
             admission=admission,
+            response_id=turn.response_id,
         )
         await _keep(session, turn, writer)
 
