@@ -101,7 +101,21 @@ FILTERED = [
     )
     for mode in ("generate", "stream")
 ]
-CASES = TOOL_LOOPS + TWO_CALLS_CASES + TURNS + THINKING_LOOPS + FILTERED
+# The AI SDK's zero-data-retention way: store: false, reasoning asked back as encrypted_content,
+# and the whole conversation sent each turn.
+STATELESS_OPTIONS = {"openai": {"store": False, "include": ["reasoning.encrypted_content"]}}
+STATELESS = [
+    case(
+        f"responses-{mode}-stateless",
+        "responses",
+        mode,
+        [CALL],
+        toolOutput=TOOL_OUTPUT,
+        providerOptions=STATELESS_OPTIONS,
+    )
+    for mode in ("generate", "stream")
+]
+CASES = TOOL_LOOPS + TWO_CALLS_CASES + TURNS + THINKING_LOOPS + FILTERED + STATELESS
 
 
 pytestmark = pytest.mark.clients
@@ -167,6 +181,21 @@ def test_openai_responses_tool_loop(ran: Any, name: str) -> None:
     # Each answer's reasoning item (what the SDK refers back to): its text is a summary the
     # SDK did not ask for.
     assert [len(parts(s, "reasoning")) for s in steps] == [1, 1]
+
+
+@pytest.mark.parametrize("name", [c["name"] for c in STATELESS])
+def test_openai_responses_tool_loop_with_store_false(ran: Any, name: str) -> None:
+    """Every reasoning item carries encrypted_content when it is asked for, though vLLM signs
+    nothing: the SDK skips with a warning a reasoning part without one (judged finds none),
+    and sends each back in the next turn's input, which the gateway takes."""
+    result = judged(ran, name, "responses")
+    steps = assert_tool_loop(result)
+    assert [len(parts(s, "reasoning")) for s in steps] == [1, 1]
+    first, second = result["requests"]
+    assert first["body"]["store"] is False
+    sent_back = [i for i in second["body"]["input"] if i.get("type") == "reasoning"]
+    assert len(sent_back) == 1
+    assert sent_back[0]["encrypted_content"].startswith("tgw1.")
 
 
 @pytest.mark.parametrize("name", [c["name"] for c in TOOL_LOOPS if c["api"] == "chat"])

@@ -211,6 +211,51 @@ async def test_every_front_has_its_server_span(receiver: OtlpReceiver) -> None:
     assert all(by_id[a.parent_id or ""].kind == "SERVER" for a in attempts)
 
 
+async def test_each_create_on_a_responses_socket_is_a_span_of_the_agents_trace(
+    receiver: OtlpReceiver,
+) -> None:
+    """The Responses API's WebSocket mode: each ``response.create`` a server span, a child of
+    the handshake's traceparent, with its own resp_ id; a continuation the socket cannot find
+    is a span with its code."""
+    async with traced(receiver) as (_, gateway):
+        url = gateway.base_url.replace("http", "ws") + "/v1/responses"
+        headers = [(b"traceparent", f"00-{TRACE}-{CLIENT_SPAN}-01".encode())]
+        ids: list[str] = []
+        async with trio_websocket.open_websocket_url(url, extra_headers=headers) as ws:
+            for previous in (None, "first", "resp_unknown"):
+                create: dict[str, object] = {
+                    "type": "response.create",
+                    "model": "agent-lite",
+                    "input": "hi",
+                    "store": False,
+                }
+                if previous is not None:
+                    create["previous_response_id"] = ids[0] if previous == "first" else previous
+                await ws.send_message(json.dumps(create))
+                while (event := json.loads(await ws.get_message()))["type"] not in (
+                    "response.completed",
+                    "error",
+                ):
+                    pass
+                if event["type"] == "error":
+                    assert event["error"]["code"] == "previous_response_not_found", event
+                else:
+                    ids.append(event["response"]["id"])
+        spans = await spans_of(receiver, TRACE, 5)
+    servers = sorted((s for s in spans if s.kind == "SERVER"), key=lambda s: s.start_ns)
+    assert [s.attributes["trio_gateway.route"] for s in servers] == ["WS /v1/responses"] * 3
+    assert all(s.parent_id == CLIENT_SPAN for s in servers)
+    assert [s.attributes.get("gen_ai.response.id") for s in servers[:2]] == ids
+    assert all(s.attributes["trio_gateway.endpoint"] == "responses_ws" for s in servers[:2])
+    assert all(s.attributes["gen_ai.usage.output_tokens"] > 0 for s in servers[:2])
+    refused = servers[2].attributes
+    assert refused["trio_gateway.outcome"] == "refused"
+    assert refused["trio_gateway.code"] == "response_not_found"
+    # The two answered creates went upstream, each under its own span.
+    attempts = [s for s in spans if s.kind == "CLIENT"]
+    assert sorted(a.parent_id or "" for a in attempts) == sorted(s.span_id for s in servers[:2])
+
+
 async def test_a_refused_request_says_its_code(receiver: OtlpReceiver) -> None:
     async with traced(receiver) as (_, gateway), httpx.AsyncClient(timeout=20) as client:
         response = await client.post(

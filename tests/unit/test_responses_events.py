@@ -51,6 +51,7 @@ def writer(*, streaming: bool, summary: bool = False, **kwargs: Any) -> Response
         tool_names=kwargs.get("tool_names", {}),
         seal=SEALER.seal,
         streaming=streaming,
+        seal_always=kwargs.get("seal_always", False),
     )
 
 
@@ -244,3 +245,30 @@ def test_any_text_in_any_pieces_comes_out_whole(pieces: list[str]) -> None:
 def test_completed_for_a_natural_end(finish: str) -> None:
     _, whole = run([TextDelta("x"), ResponseDone(finish)])
     assert whole["status"] == "completed" and whole["incomplete_details"] is None
+
+
+THINKING: list[Event] = [
+    ResponseStarted(provider="p"),
+    ReasoningDelta("let me see"),
+    TextDelta("yes"),
+    Usage(5, 4),
+    ResponseDone("stop"),
+]
+
+
+@pytest.mark.parametrize("seal_always", [False, True])
+def test_reasoning_without_a_signature_is_sealed_only_when_the_client_asks(
+    seal_always: bool,
+) -> None:
+    """include: ["reasoning.encrypted_content"] (the AI SDK with store: false): every reasoning
+    item carries encrypted_content, as OpenAI's do, though a vLLM model signs nothing."""
+    events, whole = run(THINKING, seal_always=seal_always)
+    final = judge(events)
+    for output in (whole["output"], [item.model_dump() for item in final.output]):
+        reasoning = next(item for item in output if item["type"] == "reasoning")
+        if seal_always:
+            assert SEALER.open(reasoning["encrypted_content"]) == []
+        else:
+            assert reasoning.get("encrypted_content") is None
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert ("encrypted_content" in done[0]) is seal_always

@@ -250,7 +250,7 @@ def test_unknown_fields_are_dropped_by_name_or_as_other() -> None:
     parsed = parse(
         {
             "input": "x",
-            "include": ["reasoning.encrypted_content"],
+            "include": ["reasoning.encrypted_content", "message.output_text.logprobs"],
             "client_metadata": {"a": "b"},
             "brand_new_field": 1,
             "store": False,
@@ -331,6 +331,31 @@ def test_refusals_name_their_param(
     with pytest.raises(error) as refused:
         parse(body)
     assert getattr(refused.value, "param", None) == param
+
+
+def test_include_asking_for_sealed_reasoning_is_served() -> None:
+    asked = parse({"input": "x", "include": ["reasoning.encrypted_content"]})
+    assert asked.sealed_reasoning is True
+    assert asked.dropped_fields == ()
+    assert parse({"input": "x"}).sealed_reasoning is False
+    # A vLLM model's reasoning, sealed because the client asked: accepted back, carried nowhere
+    # (no vendor takes it back), and not counted as dropped.
+    turn = parse(
+        {
+            "input": [
+                {"role": "user", "content": "hi"},
+                {"type": "reasoning", "summary": [], "encrypted_content": SEALER.seal([])},
+                {"type": "message", "role": "assistant", "content": "hello"},
+                {"role": "user", "content": "again"},
+            ]
+        }
+    )
+    assert turn.chat["messages"] == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "again"},
+    ]
+    assert turn.dropped_fields == ()
 
 
 def test_history_comes_before_the_input() -> None:

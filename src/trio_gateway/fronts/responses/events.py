@@ -103,6 +103,7 @@ class ResponseWriter:
         tool_names: Mapping[str, tuple[str, str]],
         seal: Seal,
         streaming: bool,
+        seal_always: bool = False,
         keep: Keep | None = None,
         frame: Frame | None = None,
     ) -> None:
@@ -122,6 +123,7 @@ class ResponseWriter:
         self._summary = summary
         self._tool_names = tool_names
         self._seal = seal
+        self._seal_always = seal_always
         self._streaming = streaming
         self._keep = keep
         self._sequence = 0
@@ -271,7 +273,7 @@ class ResponseWriter:
                     "response.content_part.done", {**where, "content_index": 0, "part": part}
                 )
                 item["content"] = [part]
-            if self._details:
+            if self._details or self._seal_always:
                 item["encrypted_content"] = self._seal(self._details)
                 self._details = []
         elif item["type"] == "function_call":

@@ -195,6 +195,8 @@ class Turns:
         if details is None:
             self._dropped.append("reasoning_unopened")
             return None
+        if not details:
+            return None  # sealed because the client asked for it: nothing a vendor takes back
         self._open_turn(path)
         self._details += details
         return {"type": "reasoning", "summary": [], "encrypted_content": sealed}

@@ -68,6 +68,7 @@ HANDLED: Final = frozenset(
         "safety_identifier",
     }
 )
+SEALED_REASONING: Final = "reasoning.encrypted_content"
 # Fields dropped by name in the metric: what clients are known to send. Any other is "other",
 # so a client's field names never become label values without bound.
 KNOWN_DROPPED: Final = frozenset(
@@ -190,6 +191,9 @@ class ResponsesRequest:
     previous_response_id: str | None
     session: str | None  # prompt_cache_key: which conversation, for replica affinity
     summary: bool  # reasoning written as a summary (reasoning.summary asked for)
+    # include: ["reasoning.encrypted_content"]: every reasoning item carries one, as OpenAI's do,
+    # even where the gateway has nothing to seal (a vLLM model's thinking).
+    sealed_reasoning: bool
     tool_names: dict[str, tuple[str, str]]  # flattened name -> (namespace, name)
     input_items: list[Item]  # the input's items the gateway used, as a stored response keeps them
     dropped_fields: tuple[str, ...]
@@ -229,6 +233,9 @@ def parse_responses_body(
                     f"'{field}' is not supported by the gateway's Responses front", param=field
                 )
             dropped.append(field if field in KNOWN_DROPPED else "other")
+    include = body.get("include") or ()
+    if SEALED_REASONING in include and "include" in dropped and set(include) == {SEALED_REASONING}:
+        dropped.remove("include")  # the one include the gateway serves
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequest("'model' must be a non-empty string (an alias)", param="model")
@@ -315,6 +322,7 @@ def parse_responses_body(
         previous_response_id=previous,
         session=session if isinstance(session, str) and session.strip() else None,
         summary=summary,
+        sealed_reasoning=SEALED_REASONING in include,
         tool_names=tool_names,
         input_items=kept,
         dropped_fields=tuple(dropped),

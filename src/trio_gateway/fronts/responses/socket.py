@@ -64,6 +64,7 @@ from trio_gateway.fronts.responses.socket_events import (
 from trio_gateway.fronts.responses.socket_turn import (
     Session,
     TurnCancel,
+    end_span,
     new_context,
     record_refusal,
     serve_create,
@@ -455,6 +456,7 @@ class _Socket:
         with request_context(context):
             record_refusal(session, context, error.code, time.time(), 0.0)
             log_access(context, 0.0)
+        end_span(context)
         self._say(error_event(error, stream_id=create.stream_id, sequence_number=0))
 
     def _steer(self, steer: SteerMessage) -> None:

@@ -181,15 +181,29 @@ async def serve_create(session: Session, create: CreateMessage, cancel: TurnCanc
             log.exception("responses socket: turn %s failed", context.request_id)
         finally:
             log_access(context, trio.current_time() - started)
+            end_span(context)
 
 
 def new_context(session: Session, request_id: str) -> RequestContext:
+    """A create's context. With tracing on, each create is a server span of its own, a child
+    of the handshake's ``traceparent`` when it had one: one trace for the agent's session."""
+    tracing = session.router.tracing
+    if tracing is None:
+        trace, span = trace_for(session.traceparent, session.tracestate), None
+    else:
+        span, trace = tracing.start(ROUTE, session.traceparent, session.tracestate)
     return RequestContext(
         request_id=request_id,
         route=ROUTE,
-        trace=trace_for(session.traceparent, session.tracestate),
+        trace=trace,
         priority_header=session.priority_header,
+        span=span,
     )
+
+
+def end_span(context: RequestContext) -> None:
+    if context.span is not None:
+        context.span.end(None, context.alias)
 
 
 async def _answer(

@@ -73,6 +73,7 @@ class Turn:
             summary=self.parsed.summary,
             tool_names=self.parsed.tool_names,
             seal=service.sealer.seal,
+            seal_always=self.parsed.sealed_reasoning,
             streaming=streaming,
             keep=keep,
             frame=frame,
