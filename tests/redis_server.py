@@ -72,6 +72,17 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        # The port first: a client's pool whose connection is refused fails as a whole, not
+        # only its ping (a loaded machine starts redis-server later than its Popen returns).
+        with trio.fail_after(START_TIMEOUT_S):
+            while True:
+                try:
+                    stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+                except OSError:
+                    await trio.sleep(0.02)  # another process: nothing to wait on but the clock
+                    continue
+                await stream.aclose()
+                break
         async with open_redis(self.url, ca_file=self.ca_file) as client:
             with trio.fail_after(START_TIMEOUT_S):
                 while True:

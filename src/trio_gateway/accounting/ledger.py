@@ -26,6 +26,7 @@ import trio
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from trio_gateway.accounting.sqlite_file import use_wal
 from trio_gateway.config.schema import GatewayConfig, UsageConfig
 from trio_gateway.core.usage import UsageRecord
 
@@ -116,7 +117,7 @@ def connect(path: str) -> sqlite3.Connection:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     # Used from one worker thread at a time, never two at once: serve_ledger awaits each call.
     conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
+    use_wal(conn)
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.executescript(SCHEMA)
     migrate(conn)

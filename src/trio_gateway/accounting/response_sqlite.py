@@ -36,6 +36,7 @@ from trio_gateway.accounting.response_records import (
     fits,
     load_record,
 )
+from trio_gateway.accounting.sqlite_file import use_wal
 
 Clock = Callable[[], float]
 
@@ -149,8 +150,7 @@ class SQLiteResponseStore:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA busy_timeout=5000")
+                use_wal(conn)
                 if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
                     _transaction(conn, lambda c: _migrate(c, self._clock(), self._ttl_s))
             except BaseException:
