@@ -145,6 +145,15 @@ async def conversation(
     ``stores`` holds each part. Raises ``ResponseNotFound`` when none holds ``response_id``,
     or a turn before it (expired, deleted, or evicted by its owner's quota), and
     ``ConversationTooLong`` past ``bounds``."""
+    records, _ = await sized_conversation(stores, owner, response_id, bounds)
+    return records
+
+
+async def sized_conversation(
+    stores: Sequence[ResponseStore], owner: str, response_id: str, bounds: ChainBounds
+) -> tuple[list[Record], int]:
+    """:func:`conversation`, and its records' stored bytes: what translating it will cost,
+    known without reading it again."""
     records: list[Record] = []
     size = 0
     wanted: str | None = response_id
@@ -177,7 +186,7 @@ async def conversation(
         size += part.size
         wanted = part.next
     records.reverse()
-    return records
+    return records, size
 
 
 def item_response_id(item_id: str) -> str | None:

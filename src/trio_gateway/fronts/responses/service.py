@@ -17,9 +17,9 @@ from trio_gateway.accounting.response_records import (
     ResponseStore,
     Stored,
     StoreError,
-    conversation,
     find_items,
     item_response_id,
+    sized_conversation,
 )
 from trio_gateway.accounting.response_store import chain_bounds, memory_store
 from trio_gateway.config.schema import ResponsesConfig
@@ -66,11 +66,12 @@ class ResponsesService:
 
     async def conversation(
         self, owner: str, response_id: str, local: Sequence[ResponseStore] = ()
-    ) -> list[Record]:
-        """The turns up to ``response_id``, oldest first (``previous_response_id``)."""
+    ) -> tuple[list[Record], int]:
+        """The turns up to ``response_id``, oldest first (``previous_response_id``), and their
+        stored bytes."""
         await self._written(owner, response_id)
         try:
-            return await conversation(self.stores(local), owner, response_id, self.bounds)
+            return await sized_conversation(self.stores(local), owner, response_id, self.bounds)
         except StoreError as exc:
             raise StoreUnavailable(str(exc)) from None
 

@@ -117,9 +117,11 @@ async def prepare_turn(
     owner = owner_of(key)
     fields: Mapping[str, Any] = body if isinstance(body, dict) else {}
     history: list[Item] = []
+    history_bytes = 0
     previous = fields.get("previous_response_id")
     if isinstance(previous, str):
-        for turn in await service.conversation(owner, previous, local):
+        turns, history_bytes = await service.conversation(owner, previous, local)
+        for turn in turns:
             history += turn.items()
     wanted = references(fields.get("input"))
     referenced = await service.referenced(owner, wanted, local) if wanted else {}
@@ -142,9 +144,11 @@ async def prepare_turn(
         router.screen(request)
         return parsed, request
 
-    # A conversation read back is not measured (that would cost what translating it does):
-    # it is translated as a big body is, off the loop.
-    many = OFF_LOOP_BODY_BYTES + 1 if history or referenced else size
+    # A conversation read back weighs what its records do (their stored bytes, known to the
+    # walk): a body of that size would be translated off the loop past OFF_LOOP_BODY_BYTES,
+    # and so is it. Referenced items are not measured (rare; that would cost what translating
+    # them does): off the loop.
+    many = OFF_LOOP_BODY_BYTES + 1 if referenced else size + history_bytes
     parsed, request = await off_loop(many, partial(translate, history, referenced))
     del history, referenced
     # Its own, not the request id's: a client's x-request-id may come twice, a response id not.
