@@ -68,8 +68,8 @@ KEY_ENV = "TRIO_GATEWAY_BENCH_VLLM_KEY"  # the gateways read vLLM's key from her
 HTTP_TIMEOUT_S = 30.0
 # What the tiny model writes as a named call's arguments (measured; a call is 32 tokens).
 CALL_ARGUMENTS = "null"
-# Room left under the context for one rollout's words against another's (a few tokens).
-MARGIN_TOKENS = 32
+# Room left under the context for the tags: "http0-" is measured, "ws1-" is a token or two less.
+MARGIN_TOKENS = 16
 # vLLM's counters each mode reads, as deltas over its rollouts.
 COUNTED = (
     "vllm:prefix_cache_hits_total",
@@ -85,12 +85,17 @@ COUNTED = (
 # ---------------------------------------------------------------- fitting the context
 
 
-def last_prompts(cfg: Config, grow_bytes: int) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The chat messages the gateway sends vLLM for a rollout's last call turn and its answer
-    turn (the same but for the last call and output), rollout 0's words."""
+def last_prompts(
+    cfg: Config, grow_bytes: int, index: int
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The chat messages the gateway sends vLLM for rollout ``index``'s last call turn and its
+    answer turn (the same and the last call and output)."""
     sized = attrs.evolve(cfg, grow_bytes=grow_bytes)
-    rng = random.Random(0)  # as the rollouts draw their words: one rng per rollout, in order
-    messages: list[Any] = [{"role": "system", "content": INSTRUCTIONS}, *first_input(sized, 0)]
+    rng = random.Random(index)  # as the rollout draws its words: its own rng, in order
+    messages: list[Any] = [
+        {"role": "system", "content": INSTRUCTIONS},
+        *first_input(sized, index),
+    ]
     before_last: list[Any] = []
     for step in range(cfg.tool_calls):
         before_last = list(messages)
@@ -125,14 +130,20 @@ def count_tokens(up: Upstream, messages: list[Any]) -> int:
 
 
 def fit_grow_bytes(up: Upstream, cfg: Config) -> dict[str, int]:
-    """The longest tool output (bytes) with which the last call turn and the answer turn, their
-    output included, fit in vLLM's context with ``MARGIN_TOKENS`` to spare: a bisection."""
+    """The longest tool output (bytes) with which every rollout's last call turn and answer
+    turn, their output included, fit in vLLM's context with ``MARGIN_TOKENS`` to spare: a
+    bisection. Every rollout: their words are drawn at random, some take more tokens (in a
+    first run, 2,000 for rollout 0 and 2,037 for rollout 5, whose answer vLLM cut short)."""
     budget = MAX_MODEL_LEN - MARGIN_TOKENS
 
     def needs(grow_bytes: int) -> tuple[int, int]:
-        last_call, answer = last_prompts(cfg, grow_bytes)
-        calls, answers = count_tokens(up, last_call), count_tokens(up, answer)
-        return max(calls + cfg.call_tokens, answers + cfg.answer_tokens), answers
+        most, answers = 0, 0
+        for index in range(cfg.rollouts):
+            last_call, answer = last_prompts(cfg, grow_bytes, index)
+            calls, prompt = count_tokens(up, last_call), count_tokens(up, answer)
+            most = max(most, calls + cfg.call_tokens, prompt + cfg.answer_tokens)
+            answers = max(answers, prompt)
+        return most, answers
 
     low, high = 0, 8192  # needs(low) fits, or nothing does
     if needs(0)[0] > budget:
@@ -144,11 +155,11 @@ def fit_grow_bytes(up: Upstream, cfg: Config) -> dict[str, int]:
         else:
             high = middle - 1
     need, answer_prompt = needs(low)
-    first = count_tokens(up, last_prompts(cfg, low)[0][:2])
+    first = count_tokens(up, last_prompts(cfg, low, 0)[0][:2])
     return {
         "grow_bytes": low,
         "first_prompt_tokens": first,
-        "answer_prompt_tokens": answer_prompt,
+        "answer_prompt_tokens": answer_prompt,  # the largest of the rollouts'
         "tokens_needed": need,
     }
 
