@@ -11,15 +11,20 @@ process per mode, each alone with the simulator while it is measured):
 
 The simulator answers each turn from a script in the tool's output: a little reasoning and the
 next call, or the answer. Reported per mode: a rollout's end-to-end time (p50, mean), a
-turn's time to first token (request sent → first delta) p50/p99, the gateway's CPU per turn
-(its process's CPU seconds over the run / turns), the simulator's (what bounds the rest: it
-reads each turn's whole prompt, the same in both modes), and the bytes the client sent (what
-the gateway received: bodies or messages). ``--rounds`` runs the modes alternately, pooled
-(the machine may be shared). Targets (issue 41): WebSocket ≥ 20 % faster end to end, and
-cheaper in gateway CPU per turn.
+turn's time to first output (request sent → its first output item or delta) p50/p99, the
+gateway's CPU per turn (its process's CPU seconds over the run / turns), the simulator's (what
+bounds the rest: it reads each turn's whole prompt, the same in both modes), and the bytes the
+client sent (what the gateway received: bodies or messages) and received. ``--rounds`` runs
+the modes alternately, pooled (the machine may be shared). Targets (issue 41): WebSocket
+≥ 20 % faster end to end, and cheaper in gateway CPU per turn.
+
+``--upstream vllm``: the same rollouts through the gateway to the real vLLM of the vLLM tier
+(bench/ws_rollout_vllm.py): 10 calls a rollout, each a named ``tool_choice``, sized to fit
+its 2,048 tokens of context.
 
     .venv/bin/python -m bench.ws_rollout
     .venv/bin/python -m bench.ws_rollout --smoke --no-plots
+    .venv/bin/python -m bench.ws_rollout --upstream vllm
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from bench.procstat import Sampler
 SCENARIO = "ws_rollout"
 HTTP, WS = "http", "ws"
 SIM = "simulator"
+VLLM = "vllm"
+UPSTREAMS = (SIM, VLLM)
 MODES = (HTTP, WS)
 LABELS[HTTP] = "HTTP, store: false, full history"
 LABELS[WS] = "WebSocket, previous_response_id"
@@ -58,6 +65,7 @@ TOOL: dict[str, Any] = {
         "required": ["path"],
     },
 }
+INSTRUCTIONS = "You are a coding agent. Read files with read_file."
 WORDS = ("def", "return", "self", "import", "async", "await", "trio", "nursery", "cancel")
 
 
@@ -69,6 +77,14 @@ class Config:
     grow_bytes: int  # a tool output's size
     decode_tokens_per_s: float
     turn_timeout_s: float = 60.0
+    upstream: str = SIM
+    # In every rollout's first message: on vLLM, the mode and round, so that no rollout's
+    # prompts are prefix-cache hits from another mode's (the rollouts are deterministic).
+    tag: str = ""
+    # vLLM's tiny random model neither calls a tool nor stops by itself: a call turn names the
+    # tool (tool_choice) and is given room for the call; the answer runs to answer_tokens.
+    call_tokens: int = 40
+    answer_tokens: int = 16
 
 
 @attrs.define
@@ -78,6 +94,9 @@ class Rollout:
     ttfts_s: list[float] = attrs.field(factory=list)
     turn_s: list[float] = attrs.field(factory=list)
     sent_bytes: int = 0
+    received_bytes: int = 0  # response bodies (HTTP) or messages (WebSocket)
+    input_tokens: list[int] = attrs.field(factory=list)  # per turn, from its usage
+    cached_tokens: list[int] = attrs.field(factory=list)
     error: str | None = None
 
 
@@ -90,32 +109,69 @@ def sim_script(step: int, last: bool) -> str:
     return "<sim>" + json.dumps({"steps": steps}) + "</sim>"
 
 
-def tool_output(rng: random.Random, size: int, step: int, last: bool) -> str:
-    """About ``size`` bytes of a file's text, and the simulator's script for the next turn."""
+def words(rng: random.Random, size: int) -> str:
     text: list[str] = []
     length = 0
     while length < size:
         word = rng.choice(WORDS)
         text.append(word)
         length += len(word) + 1
-    return " ".join(text) + "\n" + sim_script(step, last)
+    return " ".join(text)
 
 
-def first_input(rollout: int) -> list[dict[str, Any]]:
-    question = f"rollout {rollout}: read the modules one by one. " + sim_script(0, False)
+def tool_output(cfg: Config, rng: random.Random, step: int, last: bool) -> str:
+    """About ``grow_bytes`` of a file's text, and the simulator's script for the next turn."""
+    text = words(rng, cfg.grow_bytes)
+    return text if cfg.upstream == VLLM else text + "\n" + sim_script(step, last)
+
+
+def first_input(cfg: Config, rollout: int) -> list[dict[str, Any]]:
+    question = f"rollout {cfg.tag}{rollout}: read the modules one by one."
+    if cfg.upstream == SIM:
+        question += " " + sim_script(0, False)
     return [{"role": "user", "content": question}]
 
 
-def body(model: str, items: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+def body(
+    cfg: Config, model: str, items: list[dict[str, Any]], step: int, **fields: Any
+) -> dict[str, Any]:
+    turn: dict[str, Any] = {"reasoning": {"effort": "low"}}
+    if cfg.upstream == VLLM:
+        last = step == cfg.tool_calls
+        turn = {
+            "reasoning": {"effort": "none"},  # thinking off: the tiny model's is noise
+            "tool_choice": "none" if last else {"type": "function", "name": TOOL["name"]},
+            "max_output_tokens": cfg.answer_tokens if last else cfg.call_tokens,
+            "temperature": 0,
+        }
     return {
         "model": model,
         "input": items,
         "tools": [TOOL],
-        "instructions": "You are a coding agent. Read files with read_file.",
+        "instructions": INSTRUCTIONS,
         "store": False,
-        "reasoning": {"effort": "low"},
+        **turn,
         **fields,
     }
+
+
+FIRST_OUTPUT = "response.output_item.added"
+DONE = ("response.completed", "response.failed", "response.incomplete")
+
+
+def finished(cfg: Config, done: dict[str, Any] | None, step: int, out: Rollout) -> dict[str, Any]:
+    """The turn's outcome checked, its usage kept. On vLLM the answer runs to its
+    max_output_tokens (the tiny model never stops): incomplete is its way to finish."""
+    status = None if done is None else done["status"]
+    answer_cut = cfg.upstream == VLLM and step == cfg.tool_calls and status == "incomplete"
+    if done is None or (status != "completed" and not answer_cut):
+        raise RuntimeError(f"turn {step}: {status} {done and done.get('error')}")
+    usage = done.get("usage") or {}
+    out.input_tokens.append(int(usage.get("input_tokens") or 0))
+    details = usage.get("input_tokens_details") or {}
+    out.cached_tokens.append(int(details.get("cached_tokens") or 0))
+    out.turns += 1
+    return done
 
 
 def next_output(
@@ -126,18 +182,18 @@ def next_output(
     return {
         "type": "function_call_output",
         "call_id": call["call_id"],
-        "output": tool_output(rng, cfg.grow_bytes, step + 1, last),
+        "output": tool_output(cfg, rng, step + 1, last),
     }
 
 
 async def http_rollout(port: int, model: str, cfg: Config, index: int, out: Rollout) -> None:
     rng = random.Random(index)
-    items = first_input(index)
+    items = first_input(cfg, index)
     url = f"http://127.0.0.1:{port}/v1/responses"
     started = time.monotonic()
     async with httpx.AsyncClient(timeout=cfg.turn_timeout_s, trust_env=False) as client:
         for step in range(cfg.tool_calls + 1):
-            payload = json.dumps(body(model, items, stream=True)).encode()
+            payload = json.dumps(body(cfg, model, items, step, stream=True)).encode()
             out.sent_bytes += len(payload)
             sent = time.monotonic()
             first: float | None = None
@@ -152,15 +208,14 @@ async def http_rollout(port: int, model: str, cfg: Config, index: int, out: Roll
                         continue
                     event = json.loads(line[6:])
                     kind = event["type"]
-                    if first is None and kind.endswith(".delta"):
+                    if first is None and (kind == FIRST_OUTPUT or kind.endswith(".delta")):
                         first = time.monotonic()
-                    if kind in ("response.completed", "response.failed"):
+                    if kind in DONE:
                         done = event["response"]
+                out.received_bytes += response.num_bytes_downloaded
             out.turn_s.append(time.monotonic() - sent)
             out.ttfts_s.append((first or time.monotonic()) - sent)
-            if done is None or done["status"] != "completed":
-                raise RuntimeError(f"turn {step}: {done and done.get('error')}")
-            out.turns += 1
+            done = finished(cfg, done, step, out)
             if step == cfg.tool_calls:
                 break
             items = [*items, *done["output"], next_output(cfg, rng, done["output"], step)]
@@ -169,7 +224,7 @@ async def http_rollout(port: int, model: str, cfg: Config, index: int, out: Roll
 
 async def ws_rollout(port: int, model: str, cfg: Config, index: int, out: Rollout) -> None:
     rng = random.Random(index)
-    new_items = first_input(index)
+    new_items = first_input(cfg, index)
     previous: str | None = None
     url = f"ws://127.0.0.1:{port}/v1/responses"
     started = time.monotonic()
@@ -178,26 +233,27 @@ async def ws_rollout(port: int, model: str, cfg: Config, index: int, out: Rollou
             fields: dict[str, Any] = {"type": "response.create"}
             if previous is not None:
                 fields["previous_response_id"] = previous
-            message = json.dumps(body(model, new_items, **fields))
+            message = json.dumps(body(cfg, model, new_items, step, **fields))
             out.sent_bytes += len(message.encode())
             sent = time.monotonic()
             first: float | None = None
             done: dict[str, Any] | None = None
             await ws.send_message(message)
             while done is None:
-                event = json.loads(await ws.get_message())
+                received = await ws.get_message()
+                raw = received.encode() if isinstance(received, str) else received
+                out.received_bytes += len(raw)
+                event = json.loads(received)
                 kind = event["type"]
-                if first is None and kind.endswith(".delta"):
+                if first is None and (kind == FIRST_OUTPUT or kind.endswith(".delta")):
                     first = time.monotonic()
-                if kind in ("response.completed", "response.failed"):
+                if kind in DONE:
                     done = event["response"]
                 elif kind == "error":
                     raise RuntimeError(f"turn {step}: {event['error']}")
             out.turn_s.append(time.monotonic() - sent)
             out.ttfts_s.append((first or time.monotonic()) - sent)
-            if done["status"] != "completed":
-                raise RuntimeError(f"turn {step}: {done.get('error')}")
-            out.turns += 1
+            done = finished(cfg, done, step, out)
             if step == cfg.tool_calls:
                 break
             previous = done["id"]
@@ -258,6 +314,7 @@ def run_mode(st: Stack, mode: str, cfg: Config) -> dict[str, Any]:
         "ttfts_s": ttfts,
         "last_ttfts_s": [r.ttfts_s[-1] for r in done],
         "sent_bytes": [r.sent_bytes for r in done],
+        "received_bytes": [r.received_bytes for r in done],
         **summary(seconds, ttfts, [r.ttfts_s[-1] for r in done], cpu_s, turns, done),
         "process": proc,
         "sim_stats": harness.sim_stats(st.sim_url),
@@ -270,9 +327,12 @@ def summary(
     last_ttfts: list[float],
     cpu_s: float | None,
     turns: int,
-    done: Sequence[Rollout] | Sequence[int],
+    done: Sequence[Rollout] | Sequence[tuple[int, int]],
 ) -> dict[str, Any]:
-    sent = [d.sent_bytes if isinstance(d, Rollout) else d for d in done]
+    """``done``: the completed rollouts, or their (sent, received) bytes."""
+    pairs = [(d.sent_bytes, d.received_bytes) if isinstance(d, Rollout) else d for d in done]
+    sent = [p[0] for p in pairs]
+    received = [p[1] for p in pairs]
     return {
         "rollout_p50_s": statistics.median(seconds) if seconds else None,
         "rollout_mean_s": statistics.fmean(seconds) if seconds else None,
@@ -282,6 +342,7 @@ def summary(
         "ttft_last_p50_s": harness.percentile(last_ttfts, 0.5),
         "cpu_ms_per_turn": cpu_s * 1000 / turns if cpu_s and turns else None,
         "sent_kib_per_rollout": statistics.fmean(sent) / 1024 if sent else None,
+        "received_kib_per_rollout": statistics.fmean(received) / 1024 if received else None,
     }
 
 
@@ -309,7 +370,11 @@ def pooled(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 [x for r in mine for x in r["last_ttfts_s"]],
                 cpu_s,
                 turns,
-                [x for r in mine for x in r["sent_bytes"]],
+                [
+                    (sent, received)
+                    for r in mine
+                    for sent, received in zip(r["sent_bytes"], r["received_bytes"], strict=True)
+                ],
             ),
         }
         sim_cpu = [r.get("sim_cpu_s") for r in mine]
@@ -326,7 +391,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     rows = pooled(rows)
     header = ["mode", "rollouts", "rollout p50 / mean (s)", "TTFT p50 / p99 (ms)"]
     header += ["last turn's TTFT p50 (ms)", "gateway CPU (ms/turn)", "simulator CPU (ms/turn)"]
-    header += ["sent (KiB/rollout)"]
+    header += ["sent / received (KiB/rollout)"]
     header += ["load avg"]
     out = []
     for r in rows:
@@ -339,7 +404,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 fmt(r["ttft_last_p50_s"], 1, 1000),
                 fmt(r["cpu_ms_per_turn"], 2),
                 fmt(r["sim_cpu_ms_per_turn"], 1),
-                fmt(r["sent_kib_per_rollout"], 0),
+                f"{fmt(r['sent_kib_per_rollout'], 0)} / {fmt(r['received_kib_per_rollout'], 0)}",
                 fmt((r["loadavg_before"] or [None])[0], 2),
             ]
         )
@@ -375,17 +440,43 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def parse(argv: Sequence[str]) -> tuple[Common, Config]:
+@attrs.frozen(kw_only=True)
+class VllmOptions:
+    """The real vLLM's side (``--upstream vllm``), as bench/cancellation_vllm.py takes it."""
+
+    url: str | None  # one already running; None: start the tier's, pinned
+    api_key: str | None
+    vllm_cpus: tuple[int, ...]
+    bench_cpus: tuple[int, ...]
+    max_num_seqs: int
+    step_delay_ms: float
+
+
+# Per upstream: (rollouts a round, tool calls, a tool output's bytes). On vLLM the whole
+# rollout fits in its 2,048 tokens of context: half the simulator's turns, each output sized
+# by vLLM's /tokenize so that the last turn fits (0: calibrated, bench/ws_rollout_vllm.py).
+DEFAULTS = {SIM: (12, 20, 2048), VLLM: (6, 10, 0)}
+SMOKE = {SIM: (2, 3, 512), VLLM: (1, 2, 0)}
+
+
+def _cpus(text: str) -> tuple[int, ...]:
+    return tuple(int(c) for c in text.split(",") if c.strip())
+
+
+def parse(argv: Sequence[str]) -> tuple[Common, Config, VllmOptions]:
     p = argparse.ArgumentParser(
         prog="python -m bench.ws_rollout",
         description="Scenario H: agent rollouts over HTTP against the WebSocket mode.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     harness.add_common(p, MODES)
-    p.add_argument("--rollouts", type=int, default=12)
+    p.add_argument("--upstream", choices=UPSTREAMS, default=SIM)
+    p.add_argument("--rollouts", type=int, default=None, help="a round's, per mode (12; vLLM 6)")
     p.add_argument("--concurrency", type=int, default=2, help="rollouts at once")
-    p.add_argument("--tool-calls", type=int, default=20, help="per rollout, then the answer")
-    p.add_argument("--grow-bytes", type=int, default=2048, help="a tool output's size")
+    p.add_argument("--tool-calls", type=int, default=None, help="per rollout (20; vLLM 10)")
+    p.add_argument(
+        "--grow-bytes", type=int, default=None, help="a tool output's size (2048; vLLM: fitted)"
+    )
     p.add_argument("--decode-tokens-per-s", type=float, default=200.0, help="the simulator's speed")
     p.add_argument(
         "--rounds",
@@ -393,25 +484,57 @@ def parse(argv: Sequence[str]) -> tuple[Common, Config]:
         default=2,
         help="each mode this many times, alternating (the machine may be shared); pooled",
     )
+    p.add_argument("--vllm-url", default=None, help="a running vLLM (root URL, no /v1)")
+    p.add_argument("--vllm-api-key", default=None, help="its key, with --vllm-url")
+    p.add_argument("--vllm-cpus", type=_cpus, default=(0,), help="vLLM's cores (taskset)")
+    p.add_argument("--bench-cpus", type=_cpus, default=(1,), help="the gateways' and the load's")
+    p.add_argument("--max-num-seqs", type=int, default=4, help="vLLM's, when started here")
+    p.add_argument("--step-delay-ms", type=float, default=20.0, help="tools/vllm/serve.py's pacing")
     a = p.parse_args(argv)
     common = harness.common_from(p, a, MODES)
-    if a.rounds > 1:
-        common = attrs.evolve(common, modes=common.modes * a.rounds)
-    if common.smoke:
-        return common, Config(
-            rollouts=2, concurrency=1, tool_calls=3, grow_bytes=512, decode_tokens_per_s=500.0
+    rounds = 1 if common.smoke and a.upstream == VLLM else a.rounds  # vLLM's smoke: one
+    if rounds > 1:
+        common = attrs.evolve(common, modes=common.modes * rounds)
+    sizes = (SMOKE if common.smoke else DEFAULTS)[a.upstream]
+    rollouts, tool_calls, grow_bytes = (
+        sizes
+        if common.smoke
+        else (
+            a.rollouts or sizes[0],
+            a.tool_calls or sizes[1],
+            sizes[2] if a.grow_bytes is None else a.grow_bytes,
         )
-    return common, Config(
-        rollouts=a.rollouts,
-        concurrency=a.concurrency,
-        tool_calls=a.tool_calls,
-        grow_bytes=a.grow_bytes,
-        decode_tokens_per_s=a.decode_tokens_per_s,
+    )
+    options = VllmOptions(
+        url=a.vllm_url.rstrip("/") if a.vllm_url else None,
+        api_key=a.vllm_api_key,
+        vllm_cpus=a.vllm_cpus,
+        bench_cpus=a.bench_cpus,
+        max_num_seqs=a.max_num_seqs,
+        step_delay_ms=a.step_delay_ms,
+    )
+    return (
+        common,
+        Config(
+            rollouts=rollouts,
+            concurrency=1 if common.smoke else a.concurrency,
+            tool_calls=tool_calls,
+            grow_bytes=grow_bytes,
+            decode_tokens_per_s=500.0 if common.smoke else a.decode_tokens_per_s,
+            upstream=a.upstream,
+        ),
+        options,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    common, cfg = parse(sys.argv[1:] if argv is None else argv)
+    common, cfg, options = parse(sys.argv[1:] if argv is None else argv)
+    if cfg.upstream == VLLM:
+        # Here, not at the top: the vLLM side imports the test tier's server helpers, which
+        # the simulator's runs (and make test's smoke) have no use for.
+        from bench import ws_rollout_vllm
+
+        return ws_rollout_vllm.run(common, cfg, options)
     when = harness.stamp()
     logs = common.results_dir / f"{SCENARIO}-{when}-logs"
     # Room for the whole rollout in one prompt (20 turns of 2 KB: some 12k tokens), a prefill
