@@ -216,6 +216,19 @@ def test_a_cut_answer_is_incomplete_and_its_open_call_too() -> None:
     judge(events)
 
 
+def test_a_call_whose_arguments_were_cut_is_incomplete_when_done() -> None:
+    """The tool-call assembler closes every call at the end, a cut one with arguments that do
+    not parse: its item is incomplete, not completed."""
+    cut = ToolCallDone(0, "c", "f", '{"a', '{"a', arguments_valid=False)
+    events, whole = run([ToolCallDelta(0, "c", "f", '{"a'), cut, ResponseDone("length")])
+    assert whole["status"] == "incomplete"
+    assert whole["output"][0]["status"] == "incomplete"
+    assert whole["output"][0]["arguments"] == '{"a'
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert done[0]["status"] == "incomplete"
+    judge(events)
+
+
 def test_an_error_mid_stream_is_response_failed() -> None:
     stream = writer(streaming=True)
     out = stream.encode(TextDelta("a")) + stream.fail(UpstreamServerError("boom"))

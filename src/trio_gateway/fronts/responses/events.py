@@ -409,7 +409,9 @@ class ResponseWriter:
             "response.function_call_arguments.done",
             {**where, "name": item["name"], "arguments": event.arguments_raw},
         )
-        item["status"] = "completed"
+        # Arguments that do not parse were cut (max_output_tokens) or never finished: the
+        # item is incomplete, as the answer will be, and a client does not run it as whole.
+        item["status"] = "completed" if event.arguments_valid else "incomplete"
         if self._open is item:
             self._open = None
         return out + self._emit(
