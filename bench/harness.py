@@ -406,16 +406,22 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def git_commit() -> str | None:
     """The commit checked out, read from .git without running git: another engineer works in
     this repository, and even a read-only ``git status`` may take the index lock."""
-    head = ROOT / ".git" / "HEAD"
     try:
-        ref = head.read_text().strip()
+        git = ROOT / ".git"
+        common = git
+        if git.is_file():
+            # A worktree: its HEAD in its own folder, the refs in the repository's.
+            git = Path(git.read_text().strip().removeprefix("gitdir: "))
+            if (git / "commondir").exists():
+                common = (git / (git / "commondir").read_text().strip()).resolve()
+        ref = (git / "HEAD").read_text().strip()
         if not ref.startswith("ref: "):
             return ref
         name = ref[5:]
-        loose = ROOT / ".git" / name
+        loose = common / name
         if loose.exists():
             return loose.read_text().strip()
-        for line in (ROOT / ".git" / "packed-refs").read_text().splitlines():
+        for line in (common / "packed-refs").read_text().splitlines():
             if line.endswith(" " + name):
                 return line.split()[0]
     except OSError:
