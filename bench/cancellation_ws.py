@@ -88,7 +88,7 @@ def create_message(model: str, tag: str, *, prompt_tokens: int, max_tokens: int)
     }
 
 
-class _Client:
+class Reader:
     """One socket's state as its events arrive (wsproto's, then the gateway's JSON)."""
 
     def __init__(self, result: StreamResult, leave_after: int, started: float) -> None:
@@ -143,7 +143,7 @@ async def ws_stream(
     first token counts from before the TCP connect, as the HTTP clients' does (each of them
     opens its own connection too)."""
     started = trio.current_time()
-    client = _Client(result, leave_after, started)
+    client = Reader(result, leave_after, started)
     ws = WSConnection(ConnectionType.CLIENT)
     try:
         with trio.fail_after(CONNECT_TIMEOUT_S):
@@ -170,7 +170,7 @@ async def ws_stream(
 
 
 async def _read_until_done(
-    stream: trio.SocketStream, ws: WSConnection, client: _Client, body: dict[str, Any]
+    stream: trio.SocketStream, ws: WSConnection, client: Reader, body: dict[str, Any]
 ) -> bool:
     """Read until the answer ended or the client left (True), or the socket did (False)."""
     result = client.result
