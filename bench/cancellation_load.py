@@ -11,9 +11,9 @@ import contextlib
 import json
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 import httpx
@@ -25,6 +25,11 @@ SERVED_MODEL = "qwen3-32b"
 ALIAS = "bench"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODES = ("direct", "gateway", "naive")
+# The gateway's Responses WebSocket (bench/cancellation_ws.py): a leaver drops its TCP
+# connection, or sends a close frame. Asked for by name only (not in the suite's run).
+Leave = Literal["drop", "close"]
+WS_MODES: dict[str, Leave] = {"gateway-ws": "drop", "gateway-ws-close": "close"}
+GATEWAY_MODES = ("gateway", *WS_MODES)
 # Filler words for prompts: each is exactly one simulator token (docs/simulator.md).
 PROMPT_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "again")
 CONNECT_TIMEOUT_S = 10.0
@@ -78,13 +83,17 @@ class LoadShape(Protocol):
 
 @attrs.frozen(kw_only=True)
 class Mode:
-    kind: str  # direct | gateway | naive
+    kind: str  # direct | gateway | naive | gateway-ws | gateway-ws-close
     max_inflight: int | None = None
 
     @property
     def label(self) -> str:
         if self.kind == "gateway":
             return f"gateway (max_inflight={self.max_inflight})"
+        if self.kind == "gateway-ws":
+            return f"gateway, Responses WebSocket, dropped (max_inflight={self.max_inflight})"
+        if self.kind == "gateway-ws-close":
+            return f"gateway, Responses WebSocket, close frame (max_inflight={self.max_inflight})"
         if self.kind == "naive":
             return "naive proxy (no disconnect propagation)"
         return "direct to the simulator"
@@ -99,9 +108,10 @@ def _positive_ints(text: str) -> tuple[int, ...]:
 
 def _modes(text: str) -> tuple[str, ...]:
     modes = tuple(m.strip() for m in text.split(",") if m.strip())
-    unknown = [m for m in modes if m not in MODES]
+    known = (*MODES, *WS_MODES)
+    unknown = [m for m in modes if m not in known]
     if not modes or unknown:
-        raise argparse.ArgumentTypeError(f"modes are {', '.join(MODES)}; got {text!r}")
+        raise argparse.ArgumentTypeError(f"modes are {', '.join(known)}; got {text!r}")
     return modes
 
 
@@ -120,9 +130,17 @@ def parse_args(argv: Sequence[str]) -> BenchConfig:
     p.add_argument("--decode-step-s", type=float, default=0.004)
     p.add_argument("--decode-step-s-per-seq", type=float, default=0.00016)
     p.add_argument("--prefill-s-per-token", type=float, default=0.00002)
-    p.add_argument("--modes", type=_modes, default=MODES, help="comma-separated")
     p.add_argument(
-        "--max-inflight", type=_positive_ints, default=(32, 28), help="gateway runs, one per value"
+        "--modes",
+        type=_modes,
+        default=MODES,
+        help=f"comma-separated; also {', '.join(WS_MODES)} (the Responses WebSocket)",
+    )
+    p.add_argument(
+        "--max-inflight",
+        type=_positive_ints,
+        default=(32, 28),
+        help="gateway (and gateway-ws) runs, one per value",
     )
     p.add_argument(
         "--queue-timeout-s", type=float, default=600.0, help="gateway: wait for a slot this long"
@@ -165,7 +183,7 @@ def parse_args(argv: Sequence[str]) -> BenchConfig:
 def expand_modes(config: BenchConfig) -> list[Mode]:
     modes: list[Mode] = []
     for kind in config.modes:
-        if kind == "gateway":
+        if kind in GATEWAY_MODES:
             modes.extend(Mode(kind=kind, max_inflight=n) for n in config.max_inflight)
         else:
             modes.append(Mode(kind=kind))
@@ -311,6 +329,11 @@ async def _stream(
         result.end_s = trio.current_time() - t0
 
 
+# One stream spoken another way than an HTTP chat stream (bench/cancellation_ws.py): its body,
+# the leaver's token count, its result to fill in, and the common start.
+Speaker = Callable[[dict[str, Any], int, StreamResult, float], Awaitable[None]]
+
+
 @attrs.frozen(kw_only=True)
 class LoadOutcome:
     streams: list[StreamResult]
@@ -329,6 +352,7 @@ async def run_load(
     *,
     chars_are_tokens: bool = False,
     stagger_s: float = 0.0,
+    speaker: Speaker | None = None,
 ) -> LoadOutcome:
     """Every stream at once, one connection each; then wait for the simulator (or vLLM: the
     same ``vllm:*`` metrics at ``sim_url``/metrics) to go idle. ``headers`` go with every
@@ -336,7 +360,8 @@ async def run_load(
     way) unless ``chars_are_tokens``: then each character is one (a real vLLM may put several
     tokens in a chunk; bench/cancellation_vllm.py makes every token one character). Stream
     ``i`` starts ``i * stagger_s`` after the first: with a stagger the requests arrive in index
-    order, so which clients are in the engine's first batch is the same in every mode."""
+    order, so which clients are in the engine's first batch is the same in every mode. With a
+    ``speaker``, each stream is ``speaker``'s (its own connection; ``url`` is not used)."""
     who_leaves = leavers(config)
     results = [StreamResult(index=i, leaves=who_leaves[i]) for i in range(config.streams)]
     samples: list[Sample] = []
@@ -349,7 +374,7 @@ async def run_load(
             await stack.enter_async_context(
                 httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers, trust_env=False)
             )
-            for _ in range(config.streams)
+            for _ in range(config.streams if speaker is None else 0)
         ]
         monitor = await stack.enter_async_context(
             httpx.AsyncClient(timeout=CONNECT_TIMEOUT_S, trust_env=False)
@@ -367,12 +392,13 @@ async def run_load(
             nursery.start_soon(sample_forever)
             with trio.move_on_after(config.deadline_s) as deadline:
                 async with trio.open_nursery() as streams:
-                    for i, (client, body, result) in enumerate(
-                        zip(clients, bodies, results, strict=True)
-                    ):
+                    for i, (body, result) in enumerate(zip(bodies, results, strict=True)):
+                        if speaker is not None:
+                            streams.start_soon(speaker, body, config.leave_after, result, t0)
+                            continue
                         streams.start_soon(
                             _stream,
-                            client,
+                            clients[i],
                             url,
                             body,
                             config.leave_after,

@@ -148,17 +148,22 @@ def test_stream_timing_smoke(tmp_path: Path) -> None:
 
 
 def test_cancellation_smoke(tmp_path: Path) -> None:
-    result = run(cancellation.main, tmp_path, "cancellation")
-    rows = rows_by_mode(result, "runs")
+    # The default modes, and the Responses WebSocket's two (asked for by name).
+    ws = ["gateway-ws", "gateway-ws-close"]
+    result = run(cancellation.main, tmp_path, "cancellation", ["--modes", ",".join([*MODES, *ws])])
+    rows = rows_by_mode(result, "runs", [*MODES, *ws])
     for mode, row in rows.items():
         assert row["errors"] == [], mode
         assert row["stayers_complete"] == row["stayers"] > 0, mode
         assert row["leavers_left"] == row["leavers"] > 0, mode
-    # What the scenario is about: the gateway passes each leave on, the naive proxy never does.
-    assert rows["gateway"]["aborts"] == rows["gateway"]["leavers"]
+    # What the scenario is about: the gateway passes each leave on, the naive proxy never does;
+    # nor does a socket that is dropped or closed go unnoticed.
+    for mode in ("gateway", *ws):
+        assert rows[mode]["aborts"] == rows[mode]["leavers"], mode
+        check_middle(rows[mode])
     assert rows["naive"]["aborts"] == 0
     assert rows["naive"]["generated_minus_delivered"] > rows["gateway"]["generated_minus_delivered"]
-    check_middle(rows["gateway"])
+    assert any("beyond gateway" in t["target"] for t in result["targets"])
 
 
 def test_scale_smoke(tmp_path: Path) -> None:
