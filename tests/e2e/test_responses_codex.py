@@ -115,6 +115,8 @@ async def test_codex_s_request_as_it_is(stack: Stack) -> None:
         reasoning, call = output
         # A summary was asked for: the thinking is the reasoning item's summary.
         assert reasoning["summary"] == [{"type": "summary_text", "text": "I need the file"}]
+        # include asked for it: sealed, though vLLM signs nothing (it comes back next turn).
+        assert reasoning["encrypted_content"].startswith("tgw1.")
         # The namespace's function, named back as Codex declared it.
         assert (call["namespace"], call["name"]) == ("mcp__files__", "read")
         assert json.loads(call["arguments"]) == {"path": "README.md"}
@@ -147,9 +149,12 @@ async def test_codex_s_request_as_it_is(stack: Stack) -> None:
         }
         assert tool == {"role": "tool", "tool_call_id": call["call_id"], "content": "# Title"}
         metrics = (await client.get(stack.gateway.base_url + "/metrics")).text
-    for field in ("include", "client_metadata", "text.verbosity", "tool:web_search"):
+    for field in ("client_metadata", "text.verbosity", "tool:web_search"):
         line = f'gateway_front_dropped_fields_total{{field="{field}",front="responses"}} 2.0'
         assert line in metrics
+    # The one include the gateway serves, and the sealed reasoning sent back: neither dropped.
+    assert 'field="include"' not in metrics
+    assert 'field="reasoning_unopened"' not in metrics
 
 
 async def test_builtin_tools_refused_where_the_alias_says_so() -> None:
