@@ -229,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tool-calls", type=int, default=20)
     parser.add_argument("--grow-bytes", type=int, default=2048)
     parser.add_argument("--repeat", type=int, default=3, help="passes over the rollout's turns")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument(
         "--prefixes", action="store_true", help="the WebSocket's turns go on from its prefixes"
     )
@@ -253,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="turn-phases-") as tmp:
         work = Path(tmp)
         base = counted([*me, "--stage", "http:"], work, "base")
-        for mode in MODES:
+        for mode in args.modes:
             before = base
             result[mode] = {}
             for stage in STAGES:
@@ -262,9 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 before = total
                 print(mode, stage, result[mode][stage], file=sys.stderr)
     print(json.dumps(result))
-    print("| phase | " + " | ".join(LABELS[m] for m in MODES) + " |")
+    print("| phase | " + " | ".join(LABELS[m] for m in args.modes) + " |")
     for stage in STAGES:
-        cells = " | ".join(f"{result[m][stage] / 1e6:.2f}M" for m in MODES)
+        cells = " | ".join(f"{result[m][stage] / 1e6:.2f}M" for m in args.modes)
         print(f"| {stage} | {cells} |")
     return 0
 
