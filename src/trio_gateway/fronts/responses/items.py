@@ -113,7 +113,7 @@ class Prefix:
     dropped: tuple[str, ...]
     items: int
     # A call in a namespace was read: its chat name came from that body's tools, so the prefix
-    # is that body's alone (namespaced_calls are never kept for another).
+    # holds for that body alone (``prefixes.py`` keeps none such).
     namespaced: bool
 
 
