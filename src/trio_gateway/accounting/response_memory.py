@@ -93,6 +93,28 @@ class MemoryResponseStore:
         return None if entry is None else load_record(response_id, entry.stored.text)
 
     async def chain(self, owner: str, response_id: str, bounds: ChainBounds) -> Chain:
+        entries, size, wanted = self._walk(owner, response_id, bounds)
+        if entries is None:
+            return Chain(next=wanted, over=True)
+        self._use_all(owner, entries)
+        records = tuple(load_record(e.stored.id, e.stored.text) for e in entries)
+        return Chain(records=records, size=size, next=wanted)
+
+    def held(self, owner: str, response_id: str, bounds: ChainBounds) -> tuple[int, int] | None:
+        """The turns and bytes of the chain up to ``response_id`` when this store holds all
+        of it, down to its first turn, within ``bounds``: each used again, as :meth:`chain`
+        does, and none decoded. None (nothing used) otherwise."""
+        entries, size, wanted = self._walk(owner, response_id, bounds)
+        if entries is None or not entries or wanted is not None:
+            return None
+        self._use_all(owner, entries)
+        return len(entries), size
+
+    def _walk(
+        self, owner: str, response_id: str, bounds: ChainBounds
+    ) -> tuple[list[_Entry] | None, int, str | None]:
+        """The entries from ``response_id`` back while held (None past ``bounds``), their
+        bytes, and the id the walk stopped at."""
         entries: list[_Entry] = []
         size = 0
         wanted: str | None = response_id
@@ -101,15 +123,16 @@ class MemoryResponseStore:
             if entry is None:
                 break
             if not fits(len(entries), size, entry.stored.size, bounds):
-                return Chain(next=wanted, over=True)
+                return None, size, wanted
             entries.append(entry)
             size += entry.stored.size
             wanted = entry.stored.previous
+        return entries, size, wanted
+
+    def _use_all(self, owner: str, entries: list[_Entry]) -> None:
         expires_at = self._clock() + self._ttl_s
         for entry in entries:
             self._use(owner, entry, expires_at)
-        records = tuple(load_record(e.stored.id, e.stored.text) for e in entries)
-        return Chain(records=records, size=size, next=wanted)
 
     def _use(self, owner: str, entry: _Entry, expires_at: float) -> None:
         entry.expires_at = expires_at

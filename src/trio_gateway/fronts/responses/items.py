@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
+
+import attrs
 
 from trio_gateway.core.errors import InvalidRequest, UnsupportedParameter
 from trio_gateway.core.validation_values import (
@@ -93,6 +95,31 @@ def references(value: object) -> list[str]:
     return found
 
 
+@attrs.frozen(kw_only=True)
+class Prefix:
+    """What :class:`Turns` made of a conversation's items so far (``previous_response_id``'s
+    history), to go on from without reading them again: its messages and their sources, the
+    assistant turn still open at its end, what it dropped, and how many items it read (the
+    next item's index in ``previous_response.items``). Shares the messages it made with the
+    chat bodies they went into: nothing changes a chat body's messages once made (a provider
+    copies what it leaves out: ``providers/translate.py``)."""
+
+    messages: tuple[dict[str, Any], ...]
+    sources: tuple[str, ...]
+    text: tuple[str, ...]
+    calls: tuple[dict[str, Any], ...]
+    details: tuple[dict[str, Any], ...]
+    turn_source: str | None
+    dropped: tuple[str, ...]
+    items: int
+    # A call in a namespace was read: its chat name came from that body's tools, so the prefix
+    # holds for that body alone (``prefixes.py`` keeps none such).
+    namespaced: bool
+
+
+HISTORY_PATH: Final = "previous_response.items"
+
+
 class Turns:
     """Input items → chat messages, one assistant message per turn of the model's; and the
     path of what each message was made from (``sources``), to name a chat error's param as the
@@ -115,6 +142,7 @@ class Turns:
         self._calls: list[dict[str, Any]] = []
         self._details: list[dict[str, Any]] = []
         self._turn_source: str | None = None  # the first item of the open assistant turn
+        self.namespaced = False  # a call in a namespace was read (:class:`Prefix`)
 
     def add(self, path: str, item: Mapping[str, Any], *, reference: bool = True) -> Item | None:
         """Reads one item into the conversation; returns it as the gateway keeps it, or None
@@ -145,6 +173,38 @@ class Turns:
         self._dropped.append("input_item")
         return None
 
+    def history(self, items: Sequence[Mapping[str, Any]], prefix: Prefix | None = None) -> int:
+        """Reads a conversation's earlier items (never references), after ``prefix``'s, each
+        named by its index in the whole history; the items read in all."""
+        start = 0
+        if prefix is not None:
+            self.messages += prefix.messages
+            self.sources += prefix.sources
+            self._text, self._calls = list(prefix.text), list(prefix.calls)
+            self._details, self._turn_source = list(prefix.details), prefix.turn_source
+            self._dropped += prefix.dropped
+            self.namespaced = prefix.namespaced
+            start = prefix.items
+        for i, item in enumerate(items, start):
+            self.add(f"{HISTORY_PATH}[{i}]", item, reference=False)
+        return start + len(items)
+
+    def snapshot(self, first: int, dropped_from: int, items: int) -> Prefix:
+        """The conversation read so far, from message ``first`` on (those before it are not
+        history: the instructions) and the drops from ``dropped_from`` on, as a
+        :class:`Prefix` of ``items`` items."""
+        return Prefix(
+            messages=tuple(self.messages[first:]),
+            sources=tuple(self.sources[first:]),
+            text=tuple(self._text),
+            calls=tuple(self._calls),
+            details=tuple(self._details),
+            turn_source=self._turn_source,
+            dropped=tuple(self._dropped[dropped_from:]),
+            items=items,
+            namespaced=self.namespaced,
+        )
+
     def _message(self, path: str, item: Mapping[str, Any]) -> Item:
         role = enum_value(f"{path}.role", required(item, "role", path), INPUT_ROLES)
         content = required(item, "content", path)
@@ -172,6 +232,7 @@ class Turns:
         if namespace is not None:
             namespace = string(f"{path}.namespace", namespace)
             kept["namespace"] = namespace
+            self.namespaced = True
             name = self._flat.get((namespace, name), flat_name(namespace, name))
         kept["arguments"] = arguments
         self._open_turn(path)

@@ -39,7 +39,14 @@ from trio_gateway.core.validation_values import (
     required,
     string,
 )
-from trio_gateway.fronts.responses.items import Item, Opener, Turns, flat_name, input_items
+from trio_gateway.fronts.responses.items import (
+    Item,
+    Opener,
+    Prefix,
+    Turns,
+    flat_name,
+    input_items,
+)
 
 __all__ = ["ResponsesRequest", "flat_name", "parse_responses_body"]
 
@@ -200,6 +207,8 @@ class ResponsesRequest:
     dropped_tools: tuple[str, ...]
     # A chat path's start → the client's: what each chat message and tool was made from.
     sources: tuple[tuple[str, str], ...] = ()
+    # The history as it was read, asked for (``snapshot``) to go on from (a WebSocket's).
+    history: Prefix | None = None
 
     def client_param(self, param: str) -> str:
         """A param of the chat body, named as the client sent it."""
@@ -218,10 +227,14 @@ def parse_responses_body(
     referenced: Mapping[str, Item] = MappingProxyType({}),
     opener: Opener,
     builtin_tools: BuiltinTools = "drop",
+    prefix: Prefix | None = None,
+    snapshot: bool = False,
 ) -> ResponsesRequest:
     """The chat body a Responses body asks for; ``history`` the items of the conversation
-    ``previous_response_id`` names (each turn's input and output), read before this input;
-    ``referenced`` the items its ``item_reference`` items name, by id."""
+    ``previous_response_id`` names (each turn's input and output), read before this input,
+    after ``prefix`` (what its first items were read as, when known); ``referenced`` the items
+    its ``item_reference`` items name, by id. ``snapshot``: the history as read is kept in
+    :attr:`ResponsesRequest.history`."""
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
     optional_fields("", body, FIELD_CHECKS)
@@ -249,8 +262,9 @@ def parse_responses_body(
     if instructions is not None:
         turns.messages.append({"role": "system", "content": instructions})
         turns.sources.append("instructions")
-    for i, item in enumerate(history):
-        turns.add(f"previous_response.items[{i}]", item, reference=False)
+    first, dropped_from = len(turns.messages), len(dropped)
+    read = turns.history(history, prefix)
+    history_read = turns.snapshot(first, dropped_from, read) if snapshot else None
     kept: list[Item] = []
     for i, item in enumerate(items):
         one = turns.add(f"input[{i}]", item)
@@ -328,6 +342,7 @@ def parse_responses_body(
         dropped_fields=tuple(dropped),
         dropped_tools=dropped_tools,
         sources=(*tool_sources, *message_sources, ("messages", "input")),
+        history=history_read,
     )
 
 

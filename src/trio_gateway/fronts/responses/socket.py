@@ -52,6 +52,7 @@ from trio_gateway.fronts.auth import websocket_handshake
 from trio_gateway.fronts.http import Receive, Scope, Send, header
 from trio_gateway.fronts.off_loop import off_loop
 from trio_gateway.fronts.responses.lanes import Lane, Lanes, Verdict
+from trio_gateway.fronts.responses.prefixes import Prefixes
 from trio_gateway.fronts.responses.service import service_of
 from trio_gateway.fronts.responses.socket_events import (
     CreateMessage,
@@ -172,6 +173,7 @@ class ResponsesSocketFront:
             key=key,
             memory=memory,
             memory_bytes=settings.memory_bytes,
+            prefixes=Prefixes(memory, max_bytes=settings.memory_bytes),
             new_request_id=self.new_request_id,
             send_texts=unset,
             drop_connection=drop_connection,

@@ -25,6 +25,7 @@ import attrs
 import trio
 
 from trio_gateway.accounting.response_memory import MemoryResponseStore
+from trio_gateway.accounting.response_records import Stored, load_record
 from trio_gateway.config.schema import ServerConfig
 from trio_gateway.core.errors import (
     GatewayError,
@@ -45,6 +46,7 @@ from trio_gateway.dispatch.relay import (
 )
 from trio_gateway.dispatch.router import Router
 from trio_gateway.fronts.responses.events import ResponseWriter
+from trio_gateway.fronts.responses.prefixes import Prefixes
 from trio_gateway.fronts.responses.route import count_dropped
 from trio_gateway.fronts.responses.service import ResponsesService
 from trio_gateway.fronts.responses.socket_events import CreateMessage, dumps, error_event
@@ -74,6 +76,8 @@ class Session:
     # ClientLeft once the socket is closing).
     send_texts: Callable[[Sequence[str]], Awaitable[None]]
     drop_connection: DropConnection | None
+    # The conversations of its memory's responses as already read (None: read back each turn).
+    prefixes: Prefixes | None = None
     # From the handshake, for every turn: affinity, priority, trace.
     session_id: str | None = None
     priority_header: str | None = None
@@ -228,6 +232,7 @@ async def _answer(
             local=(session.memory,),
             session_id=session.session_id,
             count_dropped=partial(count_dropped, router, FRONT_WS),
+            prefixes=session.prefixes,
         )
         if cancel.on_response is not None:
             cancel.on_response(turn.response_id)
@@ -319,8 +324,7 @@ async def _remember(
     )
     writer.encode(ResponseDone(finish_reason="stop"))
     record = turn.record(writer.response())
-    if record.size <= session.memory_bytes:
-        await session.memory.put(turn.owner, record)
+    await _memorize(session, turn, record)
     context.alias = turn.request.alias
     context.key = turn.request.key_name
     context.outcome = "remembered"
@@ -335,11 +339,30 @@ async def _keep(session: Session, turn: Turn, writer: ResponseWriter) -> None:
         return
     response = writer.response()
     record = turn.record(response)
-    if record.size <= session.memory_bytes:
-        await session.memory.put(turn.owner, record)
+    await _memorize(session, turn, record)
     if response.get("store"):
         with trio.CancelScope(shield=True):
             await session.service.put(turn.owner, record)
+
+
+async def _memorize(session: Session, turn: Turn, record: Stored) -> None:
+    """The turn's record into the socket's memory (when it fits), and its conversation as
+    read into the socket's prefixes: its own items read back from the record's text, as the
+    next turn's walk would read them."""
+    if record.size > session.memory_bytes:
+        return
+    await session.memory.put(turn.owner, record)
+    history = turn.parsed.history
+    if session.prefixes is not None and history is not None:
+        session.prefixes.keep(
+            turn.owner,
+            turn.response_id,
+            history,
+            load_record(record.id, record.text).items(),
+            opener=session.service.sealer.open,
+            turns=turn.history_turns + 1,
+            size=turn.history_bytes + record.size,
+        )
 
 
 def record_refusal(

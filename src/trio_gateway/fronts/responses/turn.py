@@ -27,7 +27,8 @@ from trio_gateway.fronts.auth import with_session
 from trio_gateway.fronts.chat import for_key, known_alias
 from trio_gateway.fronts.off_loop import OFF_LOOP_BODY_BYTES, off_loop
 from trio_gateway.fronts.responses.events import Frame, Keep, ResponseWriter
-from trio_gateway.fronts.responses.items import Item, references
+from trio_gateway.fronts.responses.items import Item, Prefix, references
+from trio_gateway.fronts.responses.prefixes import Prefixes
 from trio_gateway.fronts.responses.request import ResponsesRequest, parse_responses_body
 from trio_gateway.fronts.responses.service import ResponsesService, owner_of
 from trio_gateway.ops.access import current as current_request
@@ -44,6 +45,9 @@ class Turn:
     owner: str  # whose responses it may continue, and under whom it is kept
     # The record's size but for its response (:meth:`fits` adds the response alone).
     base_size: int
+    # The conversation it continued: its records and their stored bytes (none: 0, 0).
+    history_turns: int = 0
+    history_bytes: int = 0
 
     def record(self, response: dict[str, Any]) -> Stored:
         """The turn as a store keeps it: its input items, its response, the response it
@@ -104,12 +108,15 @@ async def prepare_turn(
     local: Sequence[ResponseStore] = (),
     session_id: str | None = None,
     count_dropped: Callable[[ResponsesRequest], None] = lambda parsed: None,
+    prefixes: Prefixes | None = None,
 ) -> Turn:
     """``body`` (decoded JSON) as a turn, or the ``RequestError`` the API would answer. The
     alias it names goes into the request's context first, so a refusal is recorded under it.
     ``local``: stores looked in before the service's (a WebSocket's own responses). ``size``:
     the body's bytes; a big body, or a conversation read back, is translated, validated and
-    screened by the input filters off the event loop (``fronts/off_loop.py``)."""
+    screened by the input filters off the event loop (``fronts/off_loop.py``). ``prefixes``:
+    the conversations ``local`` holds, as already read (``prefixes.py``); the turn's history as
+    read is kept in its ``parsed.history``, for its own."""
     alias = known_alias(router, body)
     context = current_request()
     if context is not None:
@@ -117,12 +124,18 @@ async def prepare_turn(
     owner = owner_of(key)
     fields: Mapping[str, Any] = body if isinstance(body, dict) else {}
     history: list[Item] = []
-    history_bytes = 0
+    history_turns = history_bytes = 0
+    prefix: Prefix | None = None
     previous = fields.get("previous_response_id")
     if isinstance(previous, str):
-        turns, history_bytes = await service.conversation(owner, previous, local)
-        for turn in turns:
-            history += turn.items()
+        found = prefixes.get(owner, previous, service.bounds) if prefixes is not None else None
+        if found is not None:
+            prefix, history_turns, history_bytes = found
+        else:
+            turns, history_bytes = await service.conversation(owner, previous, local)
+            history_turns = len(turns)
+            for turn in turns:
+                history += turn.items()
     wanted = references(fields.get("input"))
     referenced = await service.referenced(owner, wanted, local) if wanted else {}
     alias_config = router.aliases.get(alias) if alias is not None else None
@@ -136,6 +149,8 @@ async def prepare_turn(
             referenced=referenced,
             opener=service.sealer.open,
             builtin_tools=alias_config.builtin_tools if alias_config is not None else "drop",
+            prefix=prefix,
+            snapshot=prefixes is not None,
         )
         count_dropped(parsed)
         request = for_key(router, _validated(parsed, depth_known), key)
@@ -155,7 +170,13 @@ async def prepare_turn(
     response_id = "resp_" + secrets.token_hex(16)
     base_size = turn_record(response_id, parsed, {}).size - len(dumps({}))
     return Turn(
-        parsed=parsed, request=request, response_id=response_id, owner=owner, base_size=base_size
+        parsed=parsed,
+        request=request,
+        response_id=response_id,
+        owner=owner,
+        base_size=base_size,
+        history_turns=history_turns,
+        history_bytes=history_bytes,
     )
 
 
