@@ -104,16 +104,18 @@ class Conversation:
         from trio_gateway.fronts.responses.turn import prepare_turn
 
         cfg, rng = self.cfg, random.Random(0)
-        items = ws_rollout.first_input(0)
+        items = ws_rollout.first_input(cfg, 0)
         new_items = items
         previous: str | None = None
         for step in range(cfg.tool_calls + 1):
             last = step == cfg.tool_calls
-            self.http_raw.append(json.dumps(ws_rollout.body(ALIAS, items, stream=True)).encode())
+            self.http_raw.append(
+                json.dumps(ws_rollout.body(cfg, ALIAS, items, step, stream=True)).encode()
+            )
             fields: dict[str, Any] = {"stream": True}
             if previous is not None:
                 fields["previous_response_id"] = previous
-            ws_body = ws_rollout.body(ALIAS, new_items, **fields)
+            ws_body = ws_rollout.body(cfg, ALIAS, new_items, step, **fields)
             self.ws_bodies.append(ws_body)
             extra = {"prefixes": self.prefixes} if self.prefixes is not None else {}
             turn = await prepare_turn(
