@@ -24,6 +24,10 @@ HTTP/1.x front alone answering a canned body, ``--floor hypercorn`` hypercorn al
 same, ``--floor upstream`` the front plus the upstream exchange on the gateway's HTTP/1.1
 client (``bench/server_floor.py``).
 
+``--stream`` asks the same request as a stream (``"stream": true``, still ``max_tokens: 1``):
+a stream's start, with its few chunks (the role chunk, one token, the usage chunk) and its end,
+so the difference to the plain request is what a stream costs over an answer in one body.
+
 Needs valgrind (Debian: ``apt-get install valgrind``). About a minute.
 """
 
@@ -54,21 +58,24 @@ WARMUP_REQUESTS = 20  # the first requests pay for lazy imports: in both runs, s
 SETTINGS = GatewaySettings(max_inflight=64, queue_timeout_s=30.0)
 
 
-def request_bytes(port: int) -> bytes:
-    """Scenario A's request, byte for byte (bench/overhead.py)."""
-    body = {
+def request_bytes(port: int, stream: bool = False) -> bytes:
+    """Scenario A's request, byte for byte (bench/overhead.py); ``stream``: the same asked as
+    a stream (the upstream's role chunk, one token, the usage chunk, ``[DONE]``)."""
+    body: dict[str, object] = {
         "model": harness.ALIAS,
         "messages": [{"role": "user", "content": "hi"}],
         "max_tokens": 1,
         "chat_template_kwargs": {"enable_thinking": False},
     }
+    if stream:
+        body["stream"] = True
     return post_bytes("127.0.0.1", port, harness.CHAT_PATH, body)
 
 
-async def load(port: int, requests: int, connections: int) -> int:
+async def load(port: int, requests: int, connections: int, stream: bool = False) -> int:
     """``requests`` requests over ``connections`` keep-alive connections at once; the number
     answered 200 (anything else stops the run: a count of failures is no count of requests)."""
-    request = request_bytes(port)
+    request = request_bytes(port, stream)
     left = requests
     answered = 0
 
@@ -131,8 +138,8 @@ def instructions(args: argparse.Namespace, work: Path, upstream_port: int, reque
         ready_url=f"http://127.0.0.1:{port}/healthz",
         ready_timeout_s=READY_TIMEOUT_S,
     ):
-        trio.run(load, port, WARMUP_REQUESTS, connections)
-        answered = trio.run(load, port, requests, connections)
+        trio.run(load, port, WARMUP_REQUESTS, connections, args.stream)
+        answered = trio.run(load, port, requests, connections, args.stream)
     if answered != requests:
         raise RuntimeError(f"{answered} of {requests} requests answered")
     total = 0
@@ -155,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--floor", choices=("none", "server", "hypercorn", "upstream"), default="none"
     )
     parser.add_argument("--tracing", type=float, help="[tracing] at this sample ratio")
+    parser.add_argument("--stream", action="store_true", help="ask for a stream (a start)")
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
@@ -186,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "floor": args.floor,
         "tracing": args.tracing,
         "workers": args.workers,
+        "stream": args.stream,
         "runs": [
             {"requests": args.n, "instructions": short},
             {"requests": 3 * args.n, "instructions": long},

@@ -303,8 +303,9 @@ class _Connection:
                 }
             }
         ).encode()
+        data = error_response(status, body, date=self.server.date())
         with trio.move_on_after(self.server.write_timeout_s):
-            await _write(self.sock, error_response(status, body, date=self.server.date()))
+            await _write(self.sock, _write_now(self.sock, data))
 
 
 class _Request:
@@ -516,9 +517,12 @@ class _Request:
             raise RuntimeError(f"unexpected ASGI message {kind!r}")
 
     async def _write(self, data: bytes) -> None:
+        # A write taken at once has no checkpoint to cancel: a scope (~55K instructions) for a wait.
         try:
+            if not (rest := _write_now(self.conn.sock, data)):
+                return
             with trio.move_on_after(self.conn.server.write_timeout_s) as late:
-                await _write(self.conn.sock, data)
+                await _write(self.conn.sock, rest)
         except _Closed:
             self.broken = self.client_gone = True
             return
@@ -542,23 +546,23 @@ async def _read(sock: trio.socket.SocketType) -> bytes:
             raise _Closed from exc
 
 
-async def _write(sock: trio.socket.SocketType, data: bytes) -> None:
-    """All of ``data`` to the kernel: at once when it has room, else as it makes room. A
-    write given up on part-way leaves the connection unusable (the caller closes it)."""
-    view = memoryview(data)
-    while view:
-        fd = sock.fileno()
-        if fd < 0:
-            raise _Closed
-        try:
-            sent = os.write(fd, view)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            raise _Closed from exc
-        view = view[sent:]
-        if view:
-            await trio.lowlevel.wait_writable(sock)
+def _write_now(sock: trio.socket.SocketType, data: bytes | memoryview) -> memoryview:
+    """What the kernel does not take of ``data`` at once (empty: all of it went)."""
+    if (fd := sock.fileno()) < 0:
+        raise _Closed
+    try:
+        return memoryview(data)[os.write(fd, data) :]
+    except BlockingIOError:
+        return memoryview(data)
+    except OSError as exc:
+        raise _Closed from exc
+
+
+async def _write(sock: trio.socket.SocketType, rest: memoryview) -> None:
+    """What :func:`_write_now` left, as the kernel makes room (given up: the caller closes)."""
+    while rest:
+        await trio.lowlevel.wait_writable(sock)
+        rest = _write_now(sock, rest)
 
 
 def _address(address: Any) -> tuple[str, int] | None:
