@@ -61,18 +61,19 @@ async def ask(client: openai.AsyncOpenAI, *, stream: bool, **fields: Any) -> Any
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 async def test_reasoning_on_and_off(client: openai.AsyncOpenAI, stream: bool) -> None:
     thinking = await ask(
-        client, stream=stream, input=PROMPT, max_output_tokens=12, reasoning={"effort": "low"}
+        client, stream=stream, input=PROMPT, max_output_tokens=16, reasoning={"effort": "low"}
     )
     assert thinking.status == "incomplete", thinking.error
     assert thinking.incomplete_details.reason == "max_output_tokens"
     assert [item.type for item in thinking.output] == ["reasoning"]
     assert thinking.output[0].content[0].text
     assert thinking.output_text == ""
-    assert thinking.usage.output_tokens == 12
-    plain = await ask(client, stream=stream, input=PROMPT, max_output_tokens=8, reasoning=NO_THINK)
+    assert thinking.usage.output_tokens == 16
+    # 16: the least the API takes (max_output_tokens >= 16, as OpenAI refuses less).
+    plain = await ask(client, stream=stream, input=PROMPT, max_output_tokens=16, reasoning=NO_THINK)
     assert plain.status == "incomplete" and plain.incomplete_details.reason == "max_output_tokens"
     assert [item.type for item in plain.output] == ["message"]
-    assert plain.output_text and plain.usage.output_tokens == 8
+    assert plain.output_text and plain.usage.output_tokens == 16
     assert plain.usage.output_tokens_details.reasoning_tokens == 0
     assert plain.usage.total_tokens == plain.usage.input_tokens + plain.usage.output_tokens
     # The thinking-off prompt is longer: the template pre-fills an empty think block.
@@ -108,10 +109,10 @@ async def test_two_step_function_tool_loop(
     else:
         follow_up = {"input": [*items, *call_step.output, output]}
     answer = await ask(
-        client, stream=stream, tool_choice="none", max_output_tokens=8, **common, **follow_up
+        client, stream=stream, tool_choice="none", max_output_tokens=16, **common, **follow_up
     )
     assert answer.status == "incomplete", answer.error
     assert [item.type for item in answer.output] == ["message"]
-    assert answer.output_text and answer.usage.output_tokens == 8
+    assert answer.output_text and answer.usage.output_tokens == 16
     # vLLM saw the whole loop: the call and its output make the second prompt longer.
     assert answer.usage.input_tokens > call_step.usage.input_tokens + 5

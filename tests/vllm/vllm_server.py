@@ -196,7 +196,10 @@ def _wait_reaped(pgid: int, within: float = 10.0) -> None:
 
 # `vllm serve --runner pooling --convert embed`: the tiny Qwen3 as an embedding model (its
 # last hidden state, normalised: 128 floats), serving /v1/embeddings and no generation.
-POOLING_ARGS = ["--runner", "pooling", "--convert", "embed"]
+# float32: in bfloat16 vLLM's CPU attention takes its AMX kernel where the CPU names AMX,
+# and on a Sapphire Rapids VM whose kernel does not grant the tiles the pooling pass dies of
+# SIGILL in cpu_attention_with_kv_cache (the generating server does not reach it).
+POOLING_ARGS = ["--runner", "pooling", "--convert", "embed", "--dtype", "float32"]
 
 
 def wait_ready(
