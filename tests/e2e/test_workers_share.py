@@ -207,6 +207,15 @@ async def first_set(events: list[trio.Event], count: int) -> list[int]:
     return sorted(done)
 
 
+async def through_the_broker(client: httpx.AsyncClient) -> None:
+    """A round trip from this connection's worker through the host broker: the status page
+    asks it what the budget key spent. The broker reads a worker's messages in order, so
+    every ask the worker sent before has reached it once this returns."""
+    response = await client.get("/status.json")
+    assert response.status_code == 200, response.text
+    assert any(line["name"] == "budget" for line in response.json()["keys"]["budgets"])
+
+
 def first_of(by_pid: dict[int, list[httpx.AsyncClient]], count: int) -> int | None:
     return next((pid for pid, clients in by_pid.items() if len(clients) >= count), None)
 
@@ -263,6 +272,9 @@ async def test_waiters_of_both_workers_are_served_in_priority_order(host: Host) 
                 await until_queued(a_metrics, 1)
                 await nursery.start(hold, b_high, "high", high)
                 await until_queued(b_metrics, 1)
+                # The worker counts its waiter before its ask reaches the broker: a release
+                # that got there first would go to the only waiter the broker knew, low.
+                await through_the_broker(b_metrics)
                 scopes[0].cancel()
                 await high.wait()
                 assert not low.is_set()
