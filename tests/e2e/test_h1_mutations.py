@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.e2e.h1_conversation import converse, serving_strict
+from tests.e2e.h1_conversation import SERVER_TIMEOUT_S, converse, serving_strict
 from tests.e2e.h1_expectation import expect, judge, reference
 from tests.h1_vectors import VECTORS, Vector
 
@@ -63,6 +63,14 @@ async def test_mutated_requests_are_answered_only_as_h11_frames_them(
     async with serving_strict(TIMEOUT_S) as port:
         conversation = await converse(port, vector)
     problems = judge(expectation, conversation)
+    if problems and any(r.status == 408 for r in conversation.finals):
+        # A 408 where h11 expects something else: either the server waits for bytes it already
+        # has (a bug), or this busy machine held the loop past the short deadline between two
+        # writes (CI saw a split head refused so once). Asked again with the roomier deadline,
+        # a bug still ends in 408 and the clock no longer does.
+        async with serving_strict(SERVER_TIMEOUT_S) as port:
+            conversation = await converse(port, vector)
+        problems = judge(expectation, conversation)
     assert not problems, (
         f"{vector.data!r}: expected {expectation.describe()} ({expectation.because}); "
         f"the server gave {conversation.describe()}: " + "; ".join(problems)
