@@ -73,8 +73,13 @@ NGINX := /usr/sbin/nginx
 $(NGINX):
 	$(call APT_GET,nginx)
 
+# Two test processes where there are two cores (pytest-xdist): half the time on CI's two. A
+# file's tests stay in one process (its module fixtures are built once), and each process
+# chooses its children's ports from its own share of the range (bench/processes.py).
+PYTEST_PROCESSES := -n auto --maxprocesses 2 --dist loadfile
+
 unit: $(STAMP) $(CHROMIUM) $(REDIS_SERVER) $(SS) $(NGINX)
-	$(BIN)/pytest -q -m "not vllm"
+	$(BIN)/pytest -q -m "not vllm" $(PYTEST_PROCESSES)
 
 test: lint typecheck unit
 

@@ -35,11 +35,25 @@ class ProcessFailed(Exception):
     """A child process did not start, or died while it was needed."""
 
 
-def _ephemeral_low() -> int:
+def ephemeral_low() -> int:
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return 32768
+
+
+def _quiet_range() -> tuple[int, int]:
+    """Ports 10000 up to the ephemeral range; under pytest-xdist, this worker's share of them:
+    a port chosen free is not held until the child binds it, and another test process choosing
+    the same one in between would take it."""
+    start, end = 10_000, max(ephemeral_low(), 10_001)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or "1")
+    if workers > 1 and worker.startswith("gw") and worker[2:].isdigit():
+        share = (end - start) // workers
+        start += int(worker[2:]) * share
+        end = start + share
+    return start, end
 
 
 def quiet_ports(count: int) -> list[int]:
@@ -51,11 +65,11 @@ def quiet_ports(count: int) -> list[int]:
     another test's server may take it. CI saw a simulator fail with EADDRINUSE that way, and
     once ``/healthz`` answered on the gateway's port before the gateway listened.
     """
-    low = _ephemeral_low()
+    start, end = _quiet_range()
     chosen: list[int] = []
     rng = random.Random()
     while len(chosen) < count:
-        port = rng.randrange(10_000, max(low, 10_001))
+        port = rng.randrange(start, end)
         if port in chosen:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,12 +13,36 @@ from pathlib import Path
 import coredis
 import pytest
 import trio
-from bench.processes import free_port
+from bench.processes import ephemeral_low, free_port
 
 from trio_gateway.redis.client import RedisError, open_redis
 
 REDIS_BINARY = "redis-server"
 START_TIMEOUT_S = 10.0
+# A port chosen free can be taken before redis-server binds it (another test process, under
+# pytest-xdist, draws from the same range): a server that dies at start is tried on a new one.
+START_ATTEMPTS = 5
+PING_TIMEOUT_S = 1.0
+# A cluster node also listens on its port + 10000 (the cluster bus).
+BUS_OFFSET = 10_000
+
+
+class DiedAtStart(Exception):
+    """redis-server exited before it listened: most likely its port (or bus port) was taken."""
+
+
+def cluster_port() -> int:
+    """A free port whose bus port is free too, both below the kernel's ephemeral range."""
+    while True:
+        port = free_port()
+        if port + BUS_OFFSET >= ephemeral_low():
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port + BUS_OFFSET))
+            except OSError:
+                continue
+        return port
 
 
 class RedisServer:
@@ -79,21 +104,34 @@ class RedisServer:
                 try:
                     stream = await trio.open_tcp_stream("127.0.0.1", self.port)
                 except OSError:
+                    self._check_alive()
                     await trio.sleep(0.02)  # another process: nothing to wait on but the clock
                     continue
                 await stream.aclose()
                 break
+        # Raised out here: the client's nursery would wrap it in a group.
         async with open_redis(self.url, ca_file=self.ca_file) as client:
             with trio.fail_after(START_TIMEOUT_S):
                 while True:
-                    try:
-                        await client.ping()
-                        break
-                    except RedisError:
-                        await trio.sleep(0.02)
+                    if self.process.poll() is not None:
+                        break  # the port answering is somebody else's
+                    with trio.move_on_after(PING_TIMEOUT_S):
+                        try:
+                            await client.ping()
+                            break
+                        except RedisError:
+                            pass
+                    await trio.sleep(0.02)
+        self._check_alive()
         if self.cluster_dir is not None:
             async with coredis.Redis(host="127.0.0.1", port=self.port) as raw:
                 await raw.cluster_addslotsrange([self.slots])
+
+    def _check_alive(self) -> None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            self.process = None
+            raise DiedAtStart(f"redis-server on port {self.port} exited")
 
     async def cluster_ok(self) -> None:
         """Until the node says the cluster serves every slot."""
@@ -116,8 +154,17 @@ class RedisServer:
 async def running_redis(
     *, tls: tuple[str, str] | None = None, cluster_dir: str | None = None
 ) -> AsyncIterator[RedisServer]:
-    server = RedisServer(free_port(), tls=tls, cluster_dir=cluster_dir)
-    await server.start()
+    for attempt in range(START_ATTEMPTS):
+        port = free_port() if cluster_dir is None else cluster_port()
+        server = RedisServer(port, tls=tls, cluster_dir=cluster_dir)
+        try:
+            await server.start()
+            break
+        except DiedAtStart:
+            if attempt == START_ATTEMPTS - 1:
+                raise
+            if cluster_dir is not None:  # its node file names the port it could not have
+                (Path(cluster_dir) / "nodes.conf").unlink(missing_ok=True)
     try:
         if cluster_dir is not None:
             await server.cluster_ok()
@@ -134,12 +181,19 @@ async def running_redis_cluster(directory: Path, nodes: int = 3) -> AsyncIterato
     servers = []
     try:
         for i in range(nodes):
-            folder = directory / f"node{i}"
-            folder.mkdir()
             last = 16383 if i == nodes - 1 else (i + 1) * step - 1
-            server = RedisServer(free_port(), cluster_dir=str(folder), slots=(i * step, last))
+            for attempt in range(START_ATTEMPTS):
+                folder = directory / f"node{i}-{attempt}"  # a fresh node file each try
+                folder.mkdir()
+                slots = (i * step, last)
+                server = RedisServer(cluster_port(), cluster_dir=str(folder), slots=slots)
+                try:
+                    await server.start()
+                    break
+                except DiedAtStart:
+                    if attempt == START_ATTEMPTS - 1:
+                        raise
             servers.append(server)
-            await server.start()
         async with coredis.Redis(host="127.0.0.1", port=servers[0].port) as raw:
             for other in servers[1:]:
                 await raw.cluster_meet("127.0.0.1", other.port)

@@ -22,6 +22,7 @@ import attrs
 import pytest
 import trio
 
+from tests.clients.node_clients import installed
 from tests.e2e.harness import (
     FAST_SIM,
     Stack,
@@ -46,26 +47,25 @@ def codex() -> Path:
         os.environ.get("TRIO_GATEWAY_TEST_CACHE") or Path.home() / ".cache/trio-gateway-tests"
     )
     prefix = cache / f"codex-{CODEX_VERSION}"
-    binary = prefix / "node_modules" / ".bin" / "codex"
-    if not binary.exists():
+    if not prefix.exists():
         npm = shutil.which("npm")
         if npm is None:
             pytest.skip("npm is not installed: the Codex CLI comes from the npm registry")
-        prefix.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                npm,
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                str(prefix),
-                f"@openai/codex@{CODEX_VERSION}",
-            ],
-            check=True,
-            timeout=600,
-            capture_output=True,
-        )
+
+        def install(into: Path) -> None:
+            spec = f"@openai/codex@{CODEX_VERSION}"
+            subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--prefix", str(into), spec],
+                check=True,
+                timeout=600,
+                capture_output=True,
+            )
+
+        # Installed beside and renamed into place: two test processes (pytest-xdist) that
+        # both need it never share a half-filled directory.
+        installed(prefix, install)
+    binary = prefix / "node_modules" / ".bin" / "codex"
+    assert binary.exists(), f"{prefix} holds no codex: remove it to install again"
     return binary
 
 
