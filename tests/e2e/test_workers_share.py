@@ -260,12 +260,17 @@ async def test_waiters_of_both_workers_are_served_in_priority_order(host: Host) 
         ]
         async with connections(host, key, lambda g: sum(map(len, g.values())) >= 3) as holders:
             holding = [c for clients in holders.values() for c in clients][:MAX_INFLIGHT]
+            held = [trio.Event() for _ in holding]
             async with trio.open_nursery() as nursery:
                 scopes = [
-                    await nursery.start(hold, c, f"holder{i}", trio.Event())
-                    for i, c in enumerate(holding)
+                    await nursery.start(hold, c, f"holder{i}", e)
+                    for i, (c, e) in enumerate(zip(holding, held, strict=True))
                 ]
-                await until(host, lambda s: s["running"] == MAX_INFLIGHT)
+                # Every holder's first bytes came: each holds a slot. (The simulator's count of
+                # running streams may still hold the last test's, aborted as this one starts:
+                # CI saw "low" take a slot a holder had not asked for yet.)
+                with trio.fail_after(WAIT_S):
+                    await first_set(held, MAX_INFLIGHT)
                 low, high = trio.Event(), trio.Event()
                 # Five classes lower: served as if it had come 10 s later (aging 2 s a class).
                 await nursery.start(partial(hold, a_low, "low", low, priority=5))
@@ -275,6 +280,7 @@ async def test_waiters_of_both_workers_are_served_in_priority_order(host: Host) 
                 # The worker counts its waiter before its ask reaches the broker: a release
                 # that got there first would go to the only waiter the broker knew, low.
                 await through_the_broker(b_metrics)
+                assert not low.is_set() and not high.is_set()
                 scopes[0].cancel()
                 await high.wait()
                 assert not low.is_set()
@@ -322,10 +328,14 @@ async def test_a_killed_workers_slots_come_back_at_once_and_it_is_started_again(
         assert victim is not None
         (other,) = (pid for pid in by_pid if pid != victim)
         waiter_started = trio.Event()
+        victims = [trio.Event() for _ in range(MAX_INFLIGHT)]
         async with trio.open_nursery() as nursery:
             for i, client in enumerate(by_pid[victim][:MAX_INFLIGHT]):
-                nursery.start_soon(_until_cut, client, f"victim{i}")
-            await until(host, lambda s: s["running"] == MAX_INFLIGHT)
+                nursery.start_soon(_until_cut, client, f"victim{i}", victims[i])
+            # Their first bytes, not the simulator's count of running streams: that may still
+            # hold the last test's, aborted as this one starts.
+            with trio.fail_after(WAIT_S):
+                await first_set(victims, MAX_INFLIGHT)
             await nursery.start(hold, by_pid[other][0], "waiter", waiter_started)
             await until_queued(by_pid[other][1], 1)
             assert not waiter_started.is_set()
@@ -341,18 +351,34 @@ async def test_a_killed_workers_slots_come_back_at_once_and_it_is_started_again(
     # The new worker and the old one share the limit: two streams on each, 3 run (split,
     # each would run 1).
     await reset_sim(host)
-    two_each = lambda g: len(g) == 2 and all(len(c) >= 2 for c in g.values())  # noqa: E731
-    async with connections(host, key, two_each) as by_pid:
+    # Two streams on each worker and a third connection to read its gauge.
+    three_each = lambda g: len(g) == 2 and all(len(c) >= 3 for c in g.values())  # noqa: E731
+    async with connections(host, key, three_each) as by_pid:
         assert victim not in by_pid
         clients = [c for cs in by_pid.values() for c in cs[:2]]
+        started = [trio.Event() for _ in clients]
         async with trio.open_nursery() as nursery:
-            for i, client in enumerate(clients):
-                await nursery.start(hold, client, f"after{i}", trio.Event())
-            stats = await until(host, lambda s: s["running"] == MAX_INFLIGHT)
-            assert stats["requests"] == MAX_INFLIGHT
+            for i, (client, event) in enumerate(zip(clients, started, strict=True)):
+                await nursery.start(hold, client, f"after{i}", event)
+            with trio.fail_after(WAIT_S):
+                await first_set(started, MAX_INFLIGHT)
+            # The fourth waits at the gate: it never reached the simulator.
+            with trio.fail_after(WAIT_S):
+                while await queued_on_the_host(by_pid) != 1:  # noqa: ASYNC110 - other processes
+                    await trio.sleep(0.02)
+            assert (await sim_stats(host))["requests"] == MAX_INFLIGHT
             nursery.cancel_scope.cancel()
 
 
-async def _until_cut(client: httpx.AsyncClient, content: str) -> None:
+async def _until_cut(client: httpx.AsyncClient, content: str, started: trio.Event) -> None:
     with contextlib.suppress(httpx.TransportError):  # its worker was killed
-        await hold(client, content, trio.Event())
+        await hold(client, content, started)
+
+
+async def queued_on_the_host(by_pid: dict[int, list[httpx.AsyncClient]]) -> int:
+    """Requests waiting for a slot, over every worker (each asked on its third connection:
+    the first two are busy streaming)."""
+    total = 0
+    for clients in by_pid.values():
+        total += await queued_at(clients[2])
+    return total

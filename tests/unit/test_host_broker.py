@@ -244,6 +244,29 @@ async def test_a_try_at_a_broker_that_does_not_answer_is_refused_in_time(
     silent.close()
 
 
+async def test_only_a_waiting_ask_is_counted_waiting_not_a_try(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The queued gauge is what waits for a slot: a try (answered at once, LocalGate's never
+    counts) is not, even while its answer is on the way; a waiting ask is, until answered."""
+    async with trio.open_nursery() as nursery:
+        silent, theirs = socket.socketpair()  # nobody reads the broker's end: asks stay asked
+        link = HostLink(theirs)
+        await nursery.start(link.serve)
+        gate = gate_of(link)
+        nursery.start_soon(gate.try_acquire, "try")
+        await trio.testing.wait_all_tasks_blocked()
+        assert gate.statistics() == GateStats(0, 0, 2)
+        with trio.move_on_after(1.0):
+            async with trio.open_nursery() as waiting:
+                waiting.start_soon(gate.acquire, "wait", None)
+                await trio.testing.wait_all_tasks_blocked()
+                assert gate.statistics() == GateStats(0, 1, 2)
+        assert gate.statistics() == GateStats(0, 0, 2)
+        nursery.cancel_scope.cancel()
+    silent.close()
+
+
 async def test_a_worker_that_stops_reading_is_cut_off_at_the_unsent_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

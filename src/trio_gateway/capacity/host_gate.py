@@ -105,7 +105,9 @@ class HostGate:
                 wait,
             )
         )
-        self._waiting += 1
+        # Only a waiting ask is queued (the gauge): a try is answered at once, as LocalGate's.
+        queued = 1 if wait else 0
+        self._waiting += queued
         try:
             raw = await link.call(call, GATE_ACQUIRE, body)
         except trio.Cancelled:
@@ -118,7 +120,7 @@ class HostGate:
                 await trio.sleep_forever()
             return False
         finally:
-            self._waiting -= 1
+            self._waiting -= queued
         reply = ACQUIRE_REPLY.decode(raw)
         self.host_in_flight, self.host_waiting = reply.in_flight, reply.waiting
         if reply.granted:
