@@ -153,9 +153,10 @@ async def trickle(c: Client, data: bytes, every_s: float) -> None:
 
 
 async def test_a_head_trickled_in_is_a_408_at_the_head_deadline() -> None:
-    async with serving(echo, head_timeout_s=0.5) as (_, port), client(port) as c:
+    async with serving(echo, head_timeout_s=0.5) as (_, port):
+        # Before the connection: the first head's deadline runs from its accept.
         started = trio.current_time()
-        async with trio.open_nursery() as nursery:
+        async with client(port) as c, trio.open_nursery() as nursery:
             nursery.start_soon(trickle, c, b"GET / HTTP/1.1\r\nHost: gw\r\nX: " + b"a" * 99, 0.05)
             await refused_alone(c, b"408", "request_timeout")
             nursery.cancel_scope.cancel()
@@ -163,13 +164,12 @@ async def test_a_head_trickled_in_is_a_408_at_the_head_deadline() -> None:
 
 
 async def test_a_connection_that_sends_nothing_is_closed_at_the_head_deadline() -> None:
-    async with (
-        serving(echo, head_timeout_s=0.3, keep_alive_timeout_s=60) as (_, port),
-        client(port) as c,
-    ):
+    async with serving(echo, head_timeout_s=0.3, keep_alive_timeout_s=60) as (_, port):
+        # Before the connection: the first head's deadline runs from its accept.
         started = trio.current_time()
-        assert await c.closed()
-        assert 0.3 <= trio.current_time() - started < 2 and c.buffer == b""
+        async with client(port) as c:
+            assert await c.closed()
+            assert 0.3 <= trio.current_time() - started < 2 and c.buffer == b""
 
 
 async def test_a_kept_alive_connection_may_idle_longer_than_a_head_may_take() -> None:
