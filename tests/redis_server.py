@@ -6,7 +6,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -150,21 +150,33 @@ class RedisServer:
             self.process = None
 
 
+async def started(make: Callable[[int], RedisServer]) -> RedisServer:
+    """The server ``make(attempt)`` builds, started; one that dies at start (its port taken
+    meanwhile) is given up for the next attempt's, START_ATTEMPTS in all."""
+    for attempt in range(START_ATTEMPTS - 1):
+        server = make(attempt)
+        try:
+            await server.start()
+            return server
+        except DiedAtStart:
+            continue
+    server = make(START_ATTEMPTS - 1)
+    await server.start()
+    return server
+
+
 @asynccontextmanager
 async def running_redis(
     *, tls: tuple[str, str] | None = None, cluster_dir: str | None = None
 ) -> AsyncIterator[RedisServer]:
-    for attempt in range(START_ATTEMPTS):
-        port = free_port() if cluster_dir is None else cluster_port()
-        server = RedisServer(port, tls=tls, cluster_dir=cluster_dir)
-        try:
-            await server.start()
-            break
-        except DiedAtStart:
-            if attempt == START_ATTEMPTS - 1:
-                raise
-            if cluster_dir is not None:  # its node file names the port it could not have
-                (Path(cluster_dir) / "nodes.conf").unlink(missing_ok=True)
+    def make(attempt: int) -> RedisServer:
+        if cluster_dir is None:
+            return RedisServer(free_port(), tls=tls)
+        if attempt > 0:  # its node file names the port it could not have
+            (Path(cluster_dir) / "nodes.conf").unlink(missing_ok=True)
+        return RedisServer(cluster_port(), tls=tls, cluster_dir=cluster_dir)
+
+    server = await started(make)
     try:
         if cluster_dir is not None:
             await server.cluster_ok()
@@ -182,17 +194,13 @@ async def running_redis_cluster(directory: Path, nodes: int = 3) -> AsyncIterato
     try:
         for i in range(nodes):
             last = 16383 if i == nodes - 1 else (i + 1) * step - 1
-            for attempt in range(START_ATTEMPTS):
+
+            def node(attempt: int, i: int = i, last: int = last) -> RedisServer:
                 folder = directory / f"node{i}-{attempt}"  # a fresh node file each try
                 folder.mkdir()
-                slots = (i * step, last)
-                server = RedisServer(cluster_port(), cluster_dir=str(folder), slots=slots)
-                try:
-                    await server.start()
-                    break
-                except DiedAtStart:
-                    if attempt == START_ATTEMPTS - 1:
-                        raise
+                return RedisServer(cluster_port(), cluster_dir=str(folder), slots=(i * step, last))
+
+            server = await started(node)
             servers.append(server)
         async with coredis.Redis(host="127.0.0.1", port=servers[0].port) as raw:
             for other in servers[1:]:
